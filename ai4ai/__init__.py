@@ -1,0 +1,6 @@
+"""ai4ai: a benchmark of how well AI agents improve training algorithms."""
+from pathlib import Path
+
+__version__ = "0.1.0"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = "ai4ai.result/1"

@@ -1,0 +1,28 @@
+"""What every agent kind receives and returns."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..sandbox import Sandbox
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    workspace: Path              # host path of the workspace (the agent sees /workspace under bwrap)
+    instructions: str            # rendered task instructions
+    window_s: float              # wall-clock window
+    sandbox: Sandbox             # workspace mounted writable, nothing else of the project
+    log_path: Path               # the agent's log in the run dir
+    config: dict                 # the agent's Hydra config, resolved
+    pristine: Path               # harness-only pristine copy (the patch kind reads it; never mounted)
+
+
+@dataclass(frozen=True)
+class AgentOutcome:
+    exit_code: int | None
+    timed_out: bool
+    wall_s: float
+    transcript: list = field(default_factory=list)
+    usage: dict[str, Any] = field(default_factory=dict)     # usd, input_tokens, output_tokens

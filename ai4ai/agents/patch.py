@@ -1,0 +1,41 @@
+"""`patch`: applies a given unified diff to the workspace (replays, published examples)."""
+import time
+from pathlib import Path
+
+from .. import PROJECT_ROOT
+from ..submission import PatchFormatError, parse_patch, apply_hunks
+from .base import AgentContext, AgentOutcome
+
+
+def resolve(path: str) -> Path:
+    p = Path(path)
+    for cand in (p, PROJECT_ROOT / p):
+        if cand.is_file():
+            return cand
+    raise FileNotFoundError(f"agent.patch={path!r}: no such file (relative paths are tried from the "
+                            f"current folder and from {PROJECT_ROOT})")
+
+
+def run(ctx: AgentContext) -> AgentOutcome:
+    t0 = time.monotonic()
+    path = resolve(ctx.config["patch"])
+    log = [f"patch agent: applying {path}"]
+    for old, new, hunks in parse_patch(path.read_text()):
+        rel = new if new is not None else old
+        target = ctx.workspace / rel
+        # Only plain relative paths are written; the submission filter judges them afterwards.
+        if not rel or rel.startswith("/") or ".." in Path(rel).parts:
+            log.append(f"  skipped {rel!r}: unsafe path")
+            continue
+        try:
+            if new is None:
+                target.unlink(missing_ok=True)
+            else:
+                base = target.read_text() if old is not None and target.is_file() else ""
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(apply_hunks(base, hunks))
+            log.append(f"  applied {rel}")
+        except (PatchFormatError, OSError) as e:
+            log.append(f"  failed {rel}: {e}")
+    ctx.log_path.write_text("\n".join(log) + "\n")
+    return AgentOutcome(exit_code=0, timed_out=False, wall_s=time.monotonic() - t0)

@@ -1,0 +1,94 @@
+"""Anchors and their calibration records: grader_hidden/<task>/anchors.yaml.
+
+A record is keyed by (task, scale, benchmark version, device class, torch minor version).
+At the metered scales (ci, smoke) the budget is counted in data served, not seconds, so a
+record from another CPU with the same thread count is accepted when no exact one exists;
+the result says so (`provenance.match: metered-cpu`). At `full` only an exact match counts.
+"""
+from __future__ import annotations
+
+import fcntl
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .scoring import Anchors
+
+METERED_SCALES = ("ci", "smoke")
+
+
+@dataclass(frozen=True)
+class Key:
+    task: str
+    scale: str
+    benchmark_version: str
+    device_class: str
+    torch: str
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Record:
+    key: Key
+    anchors: Anchors
+    validation: Anchors | None
+    phi_std: float
+    train_wall_s: float
+    match: str                 # exact | metered-cpu
+    raw: dict                  # the whole stored record, for provenance
+
+
+def anchors_path(grader_dir: Path) -> Path:
+    return Path(grader_dir) / "anchors.yaml"
+
+
+def _records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return (yaml.safe_load(path.read_text()) or {}).get("records", [])
+
+
+def _threads(device_class: str) -> str:
+    return device_class.rsplit(":", 1)[-1]
+
+
+def find(grader_dir: Path, key: Key) -> Record | None:
+    exact, loose = None, None
+    for r in _records(anchors_path(grader_dir)):
+        k = r["key"]
+        if (k["task"], k["scale"], k["benchmark_version"], k["torch"]) != (key.task, key.scale, key.benchmark_version, key.torch):
+            continue
+        if k["device_class"] == key.device_class:
+            exact = r
+        elif (key.scale in METERED_SCALES and k["device_class"].startswith("cpu:") and key.device_class.startswith("cpu:")
+              and _threads(k["device_class"]) == _threads(key.device_class)):
+            loose = r
+    r, match = (exact, "exact") if exact else (loose, "metered-cpu") if loose else (None, None)
+    if r is None:
+        return None
+    a = r["anchors"]
+    v = r.get("validation")
+    return Record(key=Key(**r["key"]), anchors=Anchors(a["no_info"], a["baseline"], a["best"]),
+                  validation=Anchors(v["no_info"], v["baseline"], v["best"]) if v else None,
+                  phi_std=float(r["phi_std"]), train_wall_s=float(r["train_wall_s"]["max"]), match=match, raw=r)
+
+
+def store(grader_dir: Path, record: dict) -> Path:
+    """Add or replace the record with the same key; safe against concurrent writers."""
+    path = anchors_path(grader_dir)
+    lock = path.with_suffix(".lock")
+    with open(lock, "w") as lf:
+        fcntl.flock(lf, fcntl.LOCK_EX)
+        recs = [r for r in _records(path) if r["key"] != record["key"]]
+        recs.append(record)
+        recs.sort(key=lambda r: (r["key"]["scale"], r["key"]["device_class"], r["key"]["benchmark_version"]))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("# Written by `python -m ai4ai.calibrate`; one record per (task, scale, benchmark version,\n"
+                       "# device class, torch minor). Recompute any of them and compare.\n"
+                       + yaml.safe_dump({"records": recs}, sort_keys=False, width=120))
+        tmp.replace(path)
+    lock.unlink(missing_ok=True)
+    return path

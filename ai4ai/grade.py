@@ -1,0 +1,290 @@
+"""Grade a submission: pristine copy + patch -> train per grader seed under the cap in the
+sandbox -> choose among the last 3 checkpoints on the selection split -> hidden evaluation
+of the chosen one in a separate process -> sigma.
+
+    python -m ai4ai.grade task=optimizer patch=examples/optimizer/warmup_cosine.patch [scale=smoke]
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import stat
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import PROJECT_ROOT
+from . import anchors as anchor_store
+from .console import TrainingBar, say
+from .evaluation import CKPT_RE, EvalSpec, run_worker
+from .hidden import load_grader
+from .provenance import python_executable
+from .sandbox import KERNELS_DIR, Mount, Sandbox
+from .scoring import Anchors, phi, sigma
+from .submission import Submission, apply
+from .task import Task
+from .workspace import copy_repo, make_read_only, pristine_copy
+
+MAX_CKPT_FILES = 3
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    seed: int
+    status: str                   # graded | invalid | error
+    reason: str | None
+    raw: float | None
+    train_s: float
+    timed_out: bool
+    candidates: list = field(default_factory=list)
+    chosen: str | None = None
+    validation_metric: float | None = None
+    test_excess_se: float | None = None
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class GradeSetup:
+    task: Task
+    scale: str
+    device: str
+    threads: int
+    backend: str
+    cap_s: float
+    run_dir: Path
+    progress: bool = True
+
+
+@contextmanager
+def device_lock(device: str):
+    """One grading (or proxy run) per device at a time, across processes."""
+    lock_dir = PROJECT_ROOT / "outputs" / ".locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{device.replace(':', '_')}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def cap_seconds(task: Task, scale: str, record: anchor_store.Record | None) -> float:
+    b = task.scale(scale)
+    if record is None:
+        return b.default_cap_s
+    return max(b.cap_min_s, b.cap_factor * record.train_wall_s)
+
+
+def data_mounts(task: Task, scale: str, cache_root: Path) -> tuple[list[Mount], dict]:
+    """Splits too large to commit (full scale) are materialized once into a cache, keyed by version."""
+    if not task.prepare:
+        return [], {}
+    from .provenance import tree_sha256
+    if (task.repo / "data" / f"train_{scale}.u8").exists() or not task.data_env:
+        return [], {}
+    key = tree_sha256(task.grader, anchor_store_skip())[:16]
+    dest = cache_root / "data" / task.name / scale / key
+    if not (dest / ".complete").exists():
+        say(f"materializing the {scale} training split into {dest} (once)")
+        grader = load_grader(task.name, task.grader)
+        dest.mkdir(parents=True, exist_ok=True)
+        sums = getattr(grader, task.prepare)(scale, dest)
+        (dest / "SHA256SUMS").write_text("".join(f"{v}  {k}\n" for k, v in sorted(sums.items())))
+        (dest / ".complete").write_text("ok")
+    # the validation split never reaches the grader's training
+    for v in task.validation_files:
+        (dest / Path(v).name).unlink(missing_ok=True)
+    return [Mount("/data", dest, False)], {task.data_env: "/data"}
+
+
+def anchor_store_skip() -> set:
+    from .provenance import UNVERSIONED
+    return UNVERSIONED
+
+
+def build_training_copy(task: Task, sub: Submission, dest: Path) -> Path:
+    """Pristine repo + accepted patch, validation data removed, read-only."""
+    copy_repo(task, dest)
+    apply(sub, dest)
+    for v in task.validation_files:
+        (dest / v).unlink(missing_ok=True)
+    make_read_only(dest)
+    return dest
+
+
+def _entry_argv(task: Task, sb: Sandbox, seed: int, scale: str, cap_s: float, device: str) -> list[str]:
+    argv = shlex.split(task.entry)
+    if argv and argv[0] in ("python", "python3"):
+        argv[0] = python_executable()
+    return argv + ["--out", sb.path("/out"), "--seed", str(seed), "--scale", scale,
+                   "--budget-s", f"{cap_s:.0f}", "--device", device]
+
+
+def snapshot_checkpoints(out: Path, dest: Path) -> list[Path]:
+    """Copy the last 3 checkpoints (by step in the name) out of the training folder.
+
+    Only regular files are taken (no symlinks followed), so nothing the run leaves behind
+    can change what is evaluated afterwards.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    found = []
+    for p in out.iterdir() if out.exists() else []:
+        m = CKPT_RE.match(p.name)
+        if m:
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode):
+                found.append((int(m.group(1)), p))
+    taken = []
+    for _, p in sorted(found)[-MAX_CKPT_FILES:]:
+        for src in (p, p.with_suffix(".json")):
+            try:
+                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as fin, open(dest / src.name, "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+        taken.append(dest / p.name)
+    return taken
+
+
+def train_and_evaluate(setup: GradeSetup, train_repo: Path, pristine: Path, seed: int,
+                       seed_dir: Path, extra_mounts: list, extra_env: dict) -> SeedResult:
+    task = setup.task
+    out, home = seed_dir / "out", seed_dir / "home"
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    mounts = [Mount("/repo", train_repo, False), Mount("/out", out, True), Mount("/home/sandbox", home, True),
+              Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False), *extra_mounts]
+    sb = Sandbox(backend=setup.backend, mounts=mounts, network=False, gpu=setup.device.startswith("cuda"))
+    env = sb.base_env("/home/sandbox")
+    env.update(OMP_NUM_THREADS=str(setup.threads), MKL_NUM_THREADS=str(setup.threads),
+               **{k: sb.path(v) for k, v in extra_env.items()})
+    if setup.backend == "none":
+        env["PYTHONPATH"] = str(train_repo)
+    sb.env = env
+    bar = TrainingBar(f"  seed {seed} training", setup.progress)
+    outcome = sb.run(_entry_argv(task, sb, seed, setup.scale, setup.cap_s, setup.device), "/repo",
+                     setup.cap_s, seed_dir / "train.log", on_line=bar.on_line)
+    bar.close()
+    ckpts = snapshot_checkpoints(out, seed_dir / "checkpoints")
+    base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out)
+    if not outcome.timed_out and outcome.returncode != 0:
+        tail = _log_tail(seed_dir / "train.log")
+        return SeedResult(status="invalid", reason=f"training exited with code {outcome.returncode}: {tail}",
+                          raw=None, **base)
+    if not ckpts:
+        why = "timed out with no checkpoint" if outcome.timed_out else "training wrote no checkpoint"
+        return SeedResult(status="invalid", reason=why, raw=None, **base)
+    spec = EvalSpec(task=task.name, repo=str(pristine), grader=str(task.grader), model=task.model,
+                    scale=setup.scale, candidates=[str(c) for c in ckpts], direction=task.metric.direction,
+                    transform=task.metric.transform, metadata_keys=list(task.checkpoint_metadata),
+                    device=setup.device, threads=setup.threads)
+    res = run_worker(spec, seed_dir / "eval")
+    if res["chosen"] is None:
+        reasons = "; ".join(c.get("reason", "") for c in res["candidates"])
+        return SeedResult(status="invalid", reason=f"no valid checkpoint: {reasons}", raw=None,
+                          candidates=res["candidates"], **base)
+    return SeedResult(status="graded", reason=None, raw=res["test_metric"], candidates=res["candidates"],
+                      chosen=res["chosen"], validation_metric=res.get("validation_metric"),
+                      test_excess_se=res.get("test_excess_se"), **base)
+
+
+def _log_tail(path: Path, n: int = 300) -> str:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return (lines[-1] if lines else "")[-n:]
+
+
+def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: Path) -> list[SeedResult]:
+    """Train and evaluate `sub` once per seed. Harness faults become `error` seeds."""
+    task = setup.task
+    workdir.mkdir(parents=True, exist_ok=True)
+    pristine = workdir / ".pristine"
+    if not pristine.exists():
+        pristine_copy(task, pristine)
+    train_repo = workdir / "train_repo"
+    if not train_repo.exists():
+        build_training_copy(task, sub, train_repo)
+    mounts, env = data_mounts(task, setup.scale, PROJECT_ROOT / "outputs" / ".cache")
+    results = []
+    with device_lock(setup.device):
+        for seed in seeds:
+            say(f"grading seed {seed} ({setup.scale}, cap {setup.cap_s:.0f}s, sandbox {setup.backend})")
+            seed_dir = workdir / f"seed_{seed}"
+            if seed_dir.exists():
+                shutil.rmtree(seed_dir)
+            try:
+                r = train_and_evaluate(setup, train_repo, pristine, seed, seed_dir, mounts, env)
+            except Exception as e:  # the harness's fault: recorded as error, never scored
+                (seed_dir / "harness_error.txt").write_text(traceback.format_exc())
+                r = SeedResult(seed=seed, status="error", reason=f"harness error: {type(e).__name__}: {e}",
+                               raw=None, train_s=0.0, timed_out=False)
+            msg = f"  seed {seed}: {r.status}"
+            msg += f", {task.metric.name} {r.raw:.4f} (chose {r.chosen})" if r.raw is not None else f" ({r.reason})"
+            say(msg)
+            results.append(r)
+    return results
+
+
+@dataclass(frozen=True)
+class Scored:
+    status: str
+    reason: str | None
+    raw_per_seed: list
+    score_per_seed: list
+    raw_mean: float | None
+    raw_std: float | None
+    score: float | None
+
+
+def score_seeds(task: Task, results: list[SeedResult], anchors: Anchors) -> Scored:
+    statuses = {r.status for r in results}
+    raws = [r.raw for r in results]
+    if "error" in statuses:
+        errs = "; ".join(f"seed {r.seed}: {r.reason}" for r in results if r.status == "error")
+        return Scored("error", errs, raws, [], None, None, None)
+    scores = [sigma(r.raw, anchors, task.metric.direction, task.metric.transform) if r.status == "graded" else 0.0
+              for r in results]
+    valid = [r.raw for r in results if r.status == "graded"]
+    invalid = [f"seed {r.seed}: {r.reason}" for r in results if r.status == "invalid"]
+    status = "graded" if valid else "invalid"
+    mean = _phi_mean_raw(task, valid) if valid else None
+    std = float(_std([phi(v, task.metric.direction, task.metric.transform) for v in valid])) if valid else None
+    return Scored(status, "; ".join(invalid) or None, raws, scores, mean, std,
+                  float(sum(scores) / len(scores)))
+
+
+def _std(xs: list[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def _phi_mean_raw(task: Task, raws: list[float]) -> float:
+    """The raw value whose phi is the mean phi (geometric mean under neg_log)."""
+    if task.metric.transform == "neg_log":
+        return math.exp(sum(math.log(r) for r in raws) / len(raws))
+    return sum(raws) / len(raws)
+
+
+def write_json(path: Path, obj) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    tmp.replace(path)
+
+
+def main() -> None:
+    from .pipeline import grade_main
+    grade_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""The instructions an agent receives: the task, its repo's README, the rules, the deadline."""
+from __future__ import annotations
+
+import time
+
+from . import PROJECT_ROOT
+from .task import Task
+
+RULES = """\
+Rules (the grader enforces them; breaking them gains nothing):
+- Change only the editable paths: {editable}. Everything else is protected; changes to it are
+  discarded, and the grader applies only your patch of the editable paths to a pristine copy.
+- Train only on the provided training split (and what your algorithm derives from it): no
+  external data, no hand-written data generators, no weights or data embedded in source.
+- The grader retrains from scratch with seeds of its own, under the scale's budget, and scores
+  the chosen checkpoint on hidden data you never see. The validation split is for your proxy only.
+- The grader, its data and other runs are out of reach of this sandbox.
+"""
+
+
+def render(task: Task, scale: str, window_s: float, started: float | None = None) -> str:
+    started = started or time.time()
+    deadline = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started + window_s))
+    editable = ", ".join(list(task.editable_files) + ([f"new .py files in {task.editable_folder}/"]
+                                                      if task.editable_folder else []))
+    parts = [
+        f"# Task: {task.name} ({task.family})\n\n{task.description}\n",
+        f"Scale: {scale}. Your window is {window_s / 60:.0f} minutes of wall clock and ends at {deadline}; "
+        f"at the deadline your processes are ended and the editable files are taken as your submission.\n",
+        f"Goal: improve the training algorithm so that the trained model scores better on the hidden "
+        f"metric ({task.metric.name}, {'higher' if task.metric.direction == 'max' else 'lower'} is better).\n",
+        RULES.format(editable=editable),
+        "## The repository's README\n\n" + (task.repo / "README.md").read_text(),
+    ]
+    kernels_readme = PROJECT_ROOT / "kernels" / "README.md"
+    if kernels_readme.exists():
+        parts.append("## Fused kernels you may use\n\n" + kernels_readme.read_text())
+    return "\n".join(parts)

@@ -1,0 +1,76 @@
+"""What a number depends on: benchmark version, device class, library versions."""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+from pathlib import Path
+
+from . import PROJECT_ROOT, __version__
+
+# Calibration outputs live beside the hidden grader but are not part of what they measure.
+UNVERSIONED = {"anchors.yaml", "anchors.lock", "anchors.tmp", "calibration"}
+
+
+def tree_sha256(root: Path, skip: set[str] = frozenset()) -> str:
+    """Content hash of a folder: relative paths and bytes of every file, in sorted order."""
+    h = hashlib.sha256()
+    root = Path(root)
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if any(part in skip or part == "__pycache__" for part in rel.parts) or p.suffix == ".pyc":
+            continue
+        if p.is_file() and not p.is_symlink():
+            h.update(str(rel).encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def benchmark_version() -> str:
+    """Hash of repos_frozen/, grader_hidden/ (minus anchors), conf/task/ and the shared kernels."""
+    h = hashlib.sha256()
+    for name in ("repos_frozen", "grader_hidden", "conf/task", "kernels"):
+        h.update(name.encode() + tree_sha256(PROJECT_ROOT / name, UNVERSIONED).encode())
+    return h.hexdigest()[:16]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_class(device: str, threads: int) -> str:
+    if device.startswith("cuda"):
+        import torch
+        return f"cuda:{torch.cuda.get_device_name(0)}"
+    return f"cpu:{cpu_model()}:{threads}"
+
+
+def torch_minor() -> str:
+    import torch
+    return ".".join(torch.__version__.split("+")[0].split(".")[:2])
+
+
+def versions() -> dict:
+    import torch
+    out = {"ai4ai_version": __version__, "python": platform.python_version(), "torch": str(torch.__version__)}
+    for mod in ("transformers", "numpy", "safetensors"):
+        try:
+            out[mod] = str(__import__(mod).__version__)
+        except ImportError:
+            out[mod] = None
+    return out
+
+
+def default_device() -> str:
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def python_executable() -> str:
+    return os.environ.get("AI4AI_PYTHON", sys.executable)

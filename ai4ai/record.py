@@ -1,0 +1,68 @@
+"""Records: result.json in the run dir and the same row in an SQLite results database."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+from . import SCHEMA
+
+COLUMNS = ("run_dir", "task", "agent", "agent_config_sha", "scale", "seed", "benchmark_version",
+           "device_class", "status", "score", "raw_mean", "started_at", "result")
+
+
+def config_sha(agent_cfg: dict) -> str:
+    return hashlib.sha256(json.dumps(agent_cfg, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def connect(db: Path) -> sqlite3.Connection:
+    db.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(str(db), timeout=120)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute(f"CREATE TABLE IF NOT EXISTS results (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                f"{', '.join(c + ' TEXT' if c not in ('score', 'raw_mean', 'seed') else c + ' REAL' for c in COLUMNS)})")
+    return con
+
+
+def insert(db: Path, result: dict, run_dir: Path) -> None:
+    row = (str(run_dir), result["task"], result["agent"], config_sha(result["agent_config"]), result["scale"],
+           result["seed"], result["benchmark_version"], result["provenance"]["device_class"], result["status"],
+           result["score"], result["raw"]["mean"], result["provenance"]["started_at"], json.dumps(result, default=str))
+    with connect(db) as con:
+        con.execute(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})", row)
+
+
+def find_done(db: Path, task: str, agent_cfg: dict, scale: str, seed: int, version: str) -> dict | None:
+    """A finished (graded or invalid) run of the same cell; `error` runs are retried."""
+    if not db.exists():
+        return None
+    with connect(db) as con:
+        row = con.execute("SELECT run_dir, score, status FROM results WHERE task=? AND agent_config_sha=? AND scale=? "
+                          "AND seed=? AND benchmark_version=? AND status IN ('graded', 'invalid') ORDER BY id DESC LIMIT 1",
+                          (task, config_sha(agent_cfg), scale, seed, version)).fetchone()
+    return {"run_dir": row[0], "score": row[1], "status": row[2]} if row else None
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+REQUIRED_FIELDS = ("schema", "benchmark_version", "task", "family", "agent", "agent_config", "scale", "seeds",
+                   "status", "reason", "raw", "anchors", "score", "score_per_seed", "score_interval",
+                   "checkpoints", "submission", "trajectory", "timing", "cost", "sandbox", "provenance")
+
+
+def validate(result: dict) -> None:
+    """Raise ValueError if a result lacks a field of DESIGN.md's result.json."""
+    missing = [k for k in REQUIRED_FIELDS if k not in result]
+    if missing:
+        raise ValueError(f"result.json lacks {missing}")
+    if result["schema"] != SCHEMA:
+        raise ValueError(f"unknown schema {result['schema']!r}")
+    if result["status"] not in ("graded", "invalid", "error"):
+        raise ValueError(f"bad status {result['status']!r}")
+    for k in ("metric", "direction", "per_seed", "mean", "std"):
+        if k not in result["raw"]:
+            raise ValueError(f"raw lacks {k}")

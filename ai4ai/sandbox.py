@@ -1,0 +1,264 @@
+"""Run a phase (agent, training) in a sandbox under a wall-clock cap.
+
+Backends: `bwrap` (bubblewrap: read-only system, only the named folders writable, private
+HOME/TMPDIR/caches, no network unless asked, own PID namespace) and `none` (a plain
+subprocess, marked in every result). No sandbox mounts the project root: what a phase needs
+of the project (the kernels package) is bound read-only on its own.
+
+Inside bwrap, folders appear at neutral paths (/workspace, /repo, /out, ...); `Sandbox.host`
+maps such a path back to the host for the `none` backend, where no remapping is possible.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from . import PROJECT_ROOT
+
+KERNELS_DIR = PROJECT_ROOT / "kernels"
+GRACE_S = 10.0
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be set up (a harness fault, not the submission's)."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    inside: str
+    host: Path
+    writable: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int | None
+    timed_out: bool
+    wall_s: float
+    killed_stragglers: int = 0
+
+
+def bwrap_available() -> bool:
+    exe = shutil.which("bwrap")
+    if not exe:
+        return False
+    try:
+        r = subprocess.run([exe, "--unshare-all", "--ro-bind", "/", "/", "true"],
+                           capture_output=True, timeout=20)
+        return r.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def resolve_backend(name: str) -> str:
+    if name == "auto":
+        return "bwrap" if bwrap_available() else "none"
+    if name == "bwrap" and not bwrap_available():
+        raise SandboxError("sandbox=bwrap but bubblewrap is missing or cannot create namespaces here; "
+                           "install it (apt-get install bubblewrap) or pass sandbox=none (results are marked)")
+    if name not in ("bwrap", "none"):
+        raise SandboxError(f"unknown sandbox backend {name!r}; use auto, bwrap or none")
+    return name
+
+
+def _under(p: Path, root: Path) -> bool:
+    try:
+        p.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _python_dirs() -> list[Path]:
+    """Folders the interpreter and its installed packages live in, never the project root."""
+    dirs = {Path(sys.base_prefix), Path(sys.prefix)}
+    for d in site.getsitepackages() + [site.getusersitepackages()]:
+        dirs.add(Path(d))
+    out = []
+    for d in sorted(dirs):
+        if not d.exists():
+            continue
+        if _under(PROJECT_ROOT, d) and d.resolve() != PROJECT_ROOT.resolve():
+            # A prefix that contains the project (unusual): bind only its lib/ and bin/.
+            out += [x for x in (d / "lib", d / "bin") if x.exists() and not _under(PROJECT_ROOT, x)]
+            continue
+        out.append(d)
+    return out
+
+
+def _set_subreaper() -> None:
+    # Orphans of a phase (double forks, setsid daemons) reparent to us, so we can end them.
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class Sandbox:
+    backend: str                       # bwrap | none
+    mounts: list[Mount]
+    network: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    gpu: bool = False
+
+    def host(self, inside: str) -> Path:
+        """The host path behind an inside path (for the `none` backend and for the harness)."""
+        for m in sorted(self.mounts, key=lambda m: -len(m.inside)):
+            if inside == m.inside or inside.startswith(m.inside.rstrip("/") + "/"):
+                return m.host / inside[len(m.inside):].lstrip("/")
+        raise SandboxError(f"{inside} is not inside any mount")
+
+    def path(self, inside: str) -> str:
+        """The path a command should use: the inside path under bwrap, the host path otherwise."""
+        return inside if self.backend == "bwrap" else str(self.host(inside))
+
+    def base_env(self, home_inside: str) -> dict[str, str]:
+        home = self.path(home_inside)
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": home, "TMPDIR": self.path(home_inside + "/tmp") if self.backend == "none" else "/tmp",
+            "XDG_CACHE_HOME": f"{home}/.cache", "TRITON_CACHE_DIR": f"{home}/.cache/triton",
+            "TORCHINDUCTOR_CACHE_DIR": f"{home}/.cache/inductor", "HF_HOME": f"{home}/.cache/hf",
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1",
+        }
+        kernels = self.path("/opt/ai4ai") if any(m.inside == "/opt/ai4ai/ai4ai_kernels" for m in self.mounts) else None
+        if kernels and self.backend == "bwrap":
+            env["PYTHONPATH"] = kernels
+        return env
+
+    def argv(self, command: list[str], cwd_inside: str) -> list[str]:
+        if self.backend == "none":
+            return command
+        a = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+        if self.network:
+            a.append("--share-net")
+        for sysdir in ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"):
+            if os.path.exists(sysdir):
+                a += ["--ro-bind", sysdir, sysdir]
+        for d in _python_dirs():
+            a += ["--ro-bind", str(d), str(d)]
+        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        if self.gpu:
+            for dev in sorted(Path("/dev").glob("nvidia*")):
+                a += ["--dev-bind", str(dev), str(dev)]
+        for m in self.mounts:
+            if _under(PROJECT_ROOT, m.host) and not m.host.resolve() == KERNELS_DIR.resolve():
+                raise SandboxError(f"refusing to mount {m.host}: it contains the project root")
+            a += ["--bind" if m.writable else "--ro-bind", str(m.host), m.inside]
+        for k, v in self.env.items():
+            a += ["--setenv", k, v]
+        a += ["--chdir", cwd_inside, "--"]
+        return a + command
+
+    def run(self, command: list[str], cwd_inside: str, timeout_s: float, log_path: Path,
+            on_line: Callable[[str], None] | None = None, grace_s: float = GRACE_S) -> Outcome:
+        """Run `command` until it exits or `timeout_s` passes; then SIGTERM, and SIGKILL after grace.
+
+        Every process the phase started is ended when it returns, including ones that left
+        the process group (setsid, double fork). Output goes to `log_path` line by line.
+        """
+        for m in self.mounts:
+            if m.writable:
+                m.host.mkdir(parents=True, exist_ok=True)
+        env = dict(self.env)
+        if self.backend == "none":
+            cwd = self.host(cwd_inside)
+        else:
+            cwd = Path("/")
+        _set_subreaper()
+        me = psutil.Process()
+        before = {c.pid for c in me.children(recursive=True)}
+        t0 = time.monotonic()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(self.argv(command, cwd_inside), cwd=cwd, env=env if self.backend == "none" else
+                                    {"PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            reader = threading.Thread(target=_pump, args=(proc.stdout, log, on_line), daemon=True)
+            reader.start()
+            timed_out = False
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _signal_tree(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            wall = time.monotonic() - t0
+            stragglers = _end_all(proc.pid, me, before)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            reader.join(timeout=5)
+        return Outcome(returncode=None if timed_out else proc.returncode, timed_out=timed_out,
+                       wall_s=wall, killed_stragglers=stragglers)
+
+
+def _pump(stream, log, on_line) -> None:
+    for raw in iter(stream.readline, b""):
+        log.write(raw)
+        log.flush()
+        if on_line is not None:
+            try:
+                on_line(raw.decode("utf-8", "replace").rstrip("\n"))
+            except Exception:  # a progress callback must never break the phase
+                pass
+    stream.close()
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _end_all(pid: int, me: psutil.Process, before: set[int]) -> int:
+    """SIGKILL the phase's process group and every descendant of ours that it left behind."""
+    n = 0
+    for _ in range(3):
+        victims = [c for c in me.children(recursive=True) if c.pid not in before]
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        live = []
+        for c in victims:
+            try:
+                if c.status() != psutil.STATUS_ZOMBIE and c.pid != pid:
+                    c.kill()
+                    live.append(c)
+            except psutil.NoSuchProcess:
+                pass
+        n += len(live)
+        psutil.wait_procs(victims, timeout=2)
+        if not live:
+            break
+    return n

@@ -1,0 +1,139 @@
+"""The task contract: conf/task/<name>.yaml, validated into frozen dataclasses.
+
+Tasks are discovered by file; there is no central list. Unknown keys are errors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import PROJECT_ROOT
+
+TASK_DIR = PROJECT_ROOT / "conf" / "task"
+SCALES = ("ci", "smoke", "full")
+
+
+class TaskError(ValueError):
+    """A task's files break the contract; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class ScaleBudget:
+    window_s: float
+    cap_factor: float
+    cap_min_s: float
+    default_cap_s: float
+    grader_seeds: tuple[int, ...]
+    calibration_seeds: tuple[int, ...]
+    threads: int
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    direction: str          # max | min
+    transform: str          # identity | neg_log
+    best: str | float       # how 1.0 is obtained: a number, or a name the grader implements
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    family: str
+    description: str
+    repo: Path
+    grader: Path
+    editable_files: tuple[str, ...]
+    editable_folder: str | None
+    protected: tuple[str, ...]
+    entry: str
+    model: str
+    checkpoint_metadata: tuple[str, ...]
+    data_checksums: str | None
+    validation_files: tuple[str, ...]
+    prepare: str | None
+    data_env: str | None
+    metric: Metric
+    proxy_command: str | None
+    scales: dict[str, ScaleBudget]
+
+    def scale(self, name: str) -> ScaleBudget:
+        if name not in self.scales:
+            raise TaskError(f"task {self.name!r} has no scale {name!r}; it has {sorted(self.scales)}")
+        return self.scales[name]
+
+    def is_editable(self, rel: str) -> bool:
+        if rel in self.editable_files:
+            return True
+        f = self.editable_folder
+        return bool(f) and rel.startswith(f.rstrip("/") + "/") and rel.endswith(".py") \
+            and "/" not in rel[len(f.rstrip("/")) + 1:]
+
+
+def _take(d: dict, where: str, required: set[str], optional: set[str] = frozenset()) -> dict:
+    if not isinstance(d, dict):
+        raise TaskError(f"{where}: expected a mapping, got {type(d).__name__}")
+    unknown = set(d) - required - set(optional)
+    if unknown:
+        raise TaskError(f"{where}: unknown keys {sorted(unknown)}; allowed: {sorted(required | set(optional))}")
+    missing = required - set(d)
+    if missing:
+        raise TaskError(f"{where}: missing keys {sorted(missing)}")
+    return d
+
+
+def list_tasks() -> list[str]:
+    return sorted(p.stem for p in TASK_DIR.glob("*.yaml"))
+
+
+def load_task(name: str) -> Task:
+    path = TASK_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise TaskError(f"no task {name!r}: {path} does not exist; tasks: {', '.join(list_tasks())}")
+    raw = yaml.safe_load(path.read_text())
+    return parse_task(raw, str(path))
+
+
+def parse_task(raw: Any, where: str) -> Task:
+    d = _take(raw, where,
+              {"name", "family", "description", "repo", "grader", "editable", "entry", "model", "metric", "scales"},
+              {"protected", "checkpoint_metadata", "data", "proxy"})
+    ed = _take(d["editable"], f"{where}: editable", {"files"}, {"folder"})
+    metric = _take(d["metric"], f"{where}: metric", {"name", "direction", "transform", "best"})
+    if metric["direction"] not in ("max", "min"):
+        raise TaskError(f"{where}: metric.direction must be max or min, got {metric['direction']!r}")
+    if metric["transform"] not in ("identity", "neg_log"):
+        raise TaskError(f"{where}: metric.transform must be identity or neg_log, got {metric['transform']!r}")
+    if metric["transform"] == "neg_log" and metric["direction"] != "min":
+        raise TaskError(f"{where}: transform neg_log is for a positive metric where lower is better (direction: min)")
+    data = _take(d.get("data") or {}, f"{where}: data", set(), {"checksums", "validation", "prepare", "env"})
+    proxy = _take(d.get("proxy") or {}, f"{where}: proxy", set(), {"command"})
+    scales = {}
+    for s, b in d["scales"].items():
+        if s not in SCALES:
+            raise TaskError(f"{where}: unknown scale {s!r}; scales are {SCALES}")
+        b = _take(b, f"{where}: scales.{s}", {f.name for f in fields(ScaleBudget)})
+        scales[s] = ScaleBudget(window_s=float(b["window_s"]), cap_factor=float(b["cap_factor"]),
+                                cap_min_s=float(b["cap_min_s"]), default_cap_s=float(b["default_cap_s"]),
+                                grader_seeds=tuple(int(x) for x in b["grader_seeds"]),
+                                calibration_seeds=tuple(int(x) for x in b["calibration_seeds"]),
+                                threads=int(b["threads"]))
+        if len(scales[s].calibration_seeds) < 5:
+            raise TaskError(f"{where}: scales.{s}.calibration_seeds needs at least 5 seeds")
+        if set(scales[s].calibration_seeds) & set(scales[s].grader_seeds):
+            raise TaskError(f"{where}: scales.{s}: calibration and grader seeds must be disjoint")
+    if ":" not in d["model"]:
+        raise TaskError(f"{where}: model must be 'module:function', got {d['model']!r}")
+    return Task(
+        name=d["name"], family=d["family"], description=str(d["description"]).strip(),
+        repo=PROJECT_ROOT / d["repo"], grader=PROJECT_ROOT / d["grader"],
+        editable_files=tuple(ed["files"]), editable_folder=ed.get("folder"),
+        protected=tuple(d.get("protected") or ()), entry=d["entry"], model=d["model"],
+        checkpoint_metadata=tuple(d.get("checkpoint_metadata") or ()),
+        data_checksums=data.get("checksums"), validation_files=tuple(data.get("validation") or ()),
+        prepare=data.get("prepare"), data_env=data.get("env"),
+        metric=Metric(**metric), proxy_command=proxy.get("command"), scales=scales,
+    )

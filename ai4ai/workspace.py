@@ -1,0 +1,71 @@
+"""Copies of a frozen repo: the agent's workspace, the harness's pristine copy, the training copy."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .provenance import tree_sha256
+from .task import Task
+
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+
+
+def copy_repo(task: Task, dest: Path) -> Path:
+    if dest.exists():
+        raise FileExistsError(f"{dest} already exists")
+    shutil.copytree(task.repo, dest, ignore=_IGNORE, symlinks=False)
+    return dest
+
+
+def pristine_copy(task: Task, dest: Path) -> Path:
+    """A copy the harness alone reads from; its hash must equal the frozen repo's."""
+    copy_repo(task, dest)
+    if tree_sha256(dest) != tree_sha256(task.repo):
+        raise RuntimeError(f"pristine copy {dest} differs from {task.repo}")
+    make_read_only(dest)
+    return dest
+
+
+def make_read_only(root: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            os.chmod(p, os.stat(p).st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    for dirpath, dirnames, _ in os.walk(root, topdown=False):
+        for d in dirnames:
+            p = os.path.join(dirpath, d)
+            os.chmod(p, os.stat(p).st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    os.chmod(root, os.stat(root).st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def make_writable(root: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, os.stat(dirpath).st_mode | stat.S_IWUSR)
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            if not os.path.islink(p):
+                os.chmod(p, os.stat(p).st_mode | stat.S_IWUSR)
+
+
+def agent_workspace(task: Task, dest: Path) -> Path:
+    """The agent's copy, with a git repo of its own for its convenience.
+
+    git runs here once, before any agent exists, in a folder the harness just made, with
+    system and global configuration ignored; never again after the agent starts.
+    """
+    copy_repo(task, dest)
+    with tempfile.TemporaryDirectory() as home:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "GIT_CONFIG_NOSYSTEM": "1",
+               "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "ai4ai", "GIT_AUTHOR_EMAIL": "ai4ai@localhost",
+               "GIT_COMMITTER_NAME": "ai4ai", "GIT_COMMITTER_EMAIL": "ai4ai@localhost"}
+        try:
+            for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "pristine frozen repo"]):
+                subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=dest, env=env,
+                               check=True, capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            shutil.rmtree(dest / ".git", ignore_errors=True)   # the agent loses a convenience, nothing else
+    return dest
