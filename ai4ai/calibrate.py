@@ -28,6 +28,8 @@ from .provenance import versions
 from .scoring import phi
 from .submission import Submission
 
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
 
 def empty_submission() -> Submission:
     return Submission(files={}, rejected={}, patch="", lines_added=0, lines_removed=0)
@@ -88,7 +90,7 @@ def calibrate_ctx(ctx, workdir: Path, seeds: list[int] | None = None, progress: 
     return record
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="calibrate")
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="calibrate")
 def main(cfg: DictConfig) -> None:
     ctx = context(cfg, hydra_run_dir())
     seeds = [int(s) for s in cfg.seeds] if cfg.seeds else None

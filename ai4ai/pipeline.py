@@ -29,6 +29,8 @@ from .submission import Submission, from_patch, from_workspace
 from .task import Task, TaskError, load_task, parse_task
 from .workspace import agent_workspace, pristine_copy
 
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
 
 class UsageError(SystemExit):
     """A bad request from the user: printed as one clear line, exit status 2."""
@@ -101,7 +103,7 @@ def hydra_run_dir() -> Path:
 
 # --------------------------------------------------------------------------- anchors
 
-def estimate_calibration_s(ctx: Context) -> float:
+def estimate_calibration_s(ctx: Context) -> tuple[float, bool]:
     """Rough time of a calibration: from any earlier record of this task and scale, else the cap."""
     b = ctx.task.scale(ctx.scale)
     path = anchor_store.anchors_path(ctx.task.grader)
@@ -112,7 +114,12 @@ def estimate_calibration_s(ctx: Context) -> float:
             if r["key"]["task"] == ctx.task.name and r["key"]["scale"] == ctx.scale:
                 walls.append(float(r["train_wall_s"]["mean"]))
     per_seed = (max(walls) if walls else b.default_cap_s) + 15
-    return per_seed * len(b.calibration_seeds)
+    return per_seed * len(b.calibration_seeds), bool(walls)
+
+
+def _estimate_text(ctx: Context) -> str:
+    s, measured = estimate_calibration_s(ctx)
+    return f"about {s / 60:.0f} min" if measured else f"at most {s / 60:.0f} min (no earlier calibration to go by)"
 
 
 def ensure_anchors(ctx: Context, cfg: DictConfig) -> anchor_store.Record:
@@ -120,7 +127,7 @@ def ensure_anchors(ctx: Context, cfg: DictConfig) -> anchor_store.Record:
     if rec is not None:
         return rec
     say(f"no anchors for {ctx.key.task}/{ctx.key.scale} on {ctx.key.device_class} (version {ctx.version}); "
-        f"calibrating first, about {estimate_calibration_s(ctx) / 60:.0f} min")
+        f"calibrating first, {_estimate_text(ctx)}")
     from .calibrate import calibrate_ctx
     calibrate_ctx(ctx, ctx.run_dir / "calibration", seeds=None, progress=bool(cfg.progress))
     rec = anchor_store.find(ctx.task.grader, ctx.key)
@@ -139,8 +146,8 @@ def describe_plan(ctx: Context, cfg: DictConfig, window_s: float | None) -> None
         print(f"window      {window_s:.0f} s (agent, wall clock)")
     print(f"seeds       grader {list(b.grader_seeds)}   calibration {list(b.calibration_seeds)}")
     if rec is None:
-        print(f"anchors     none recorded for this key: will calibrate first, about "
-              f"{estimate_calibration_s(ctx) / 60:.0f} min ({len(b.calibration_seeds)} seeds)")
+        print(f"anchors     none recorded for this key: will calibrate first, {_estimate_text(ctx)} "
+              f"({len(b.calibration_seeds)} seeds)")
         print(f"train cap   {b.default_cap_s:.0f} s per seed until calibrated")
     else:
         a = rec.anchors
@@ -320,11 +327,11 @@ def grade(cfg: DictConfig, run_dir: Path) -> dict | None:
                             None, None, record.now(), int(cfg.seed))
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def run_main(cfg: DictConfig) -> None:
     run(cfg, hydra_run_dir())
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="grade")
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="grade")
 def grade_main(cfg: DictConfig) -> None:
     grade(cfg, hydra_run_dir())

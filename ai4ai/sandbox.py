@@ -135,9 +135,8 @@ class Sandbox:
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONNOUSERSITE": "1", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1",
         }
-        kernels = self.path("/opt/ai4ai") if any(m.inside == "/opt/ai4ai/ai4ai_kernels" for m in self.mounts) else None
-        if kernels and self.backend == "bwrap":
-            env["PYTHONPATH"] = kernels
+        if self.backend == "bwrap" and any(m.inside == "/opt/ai4ai/ai4ai_kernels" for m in self.mounts):
+            env["PYTHONPATH"] = "/opt/ai4ai"     # the `none` backend finds the installed package
         return env
 
     def argv(self, command: list[str], cwd_inside: str) -> list[str]:

@@ -23,6 +23,7 @@ MAX_NUMBER_LITERAL = 40           # characters in one numeric literal
 MAX_CONSTANT_DISPLAY = 256        # constant elements in one list/tuple/set/dict display
 MAX_LISTED = 100
 SKIP_DIRS = {".git", "__pycache__", ".ipynb_checkpoints"}
+HARNESS_FILES = {"INSTRUCTIONS.md"}     # written into the workspace by the harness itself
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
 
@@ -233,6 +234,18 @@ def _finish(task: Task, pristine: Path, changes: dict, rejected: dict) -> Submis
     return Submission(files=files, rejected=rejected, patch=patch, lines_added=added, lines_removed=removed)
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    if a.stat().st_size != b.stat().st_size:
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            ca, cb = fa.read(1 << 20), fb.read(1 << 20)
+            if ca != cb:
+                return False
+            if not ca:
+                return True
+
+
 def from_workspace(task: Task, pristine: Path, workspace: Path) -> Submission:
     """Diff the workspace against the pristine copy; nothing in the workspace is executed."""
     changes, rejected = {}, {}
@@ -257,16 +270,17 @@ def from_workspace(task: Task, pristine: Path, workspace: Path) -> Submission:
             if not os.path.isfile(full):
                 rejected[rel] = "not a regular file"
                 continue
-            data = Path(full).read_bytes() if os.path.getsize(full) <= 4 * MAX_PATCH_BYTES else None
             old = pristine / rel
-            if data is not None and old.is_file() and old.read_bytes() == data:
+            if old.is_file() and _same_file(Path(full), old):
                 continue
-            if data is None:
-                if task.is_editable(rel) or (pristine / rel).exists():
-                    rejected[rel] = f"file of {os.path.getsize(full)} bytes (patch limit {MAX_PATCH_BYTES})"
+            size = os.path.getsize(full)
+            if size > 4 * MAX_PATCH_BYTES:
+                if task.is_editable(rel) or old.exists():
+                    rejected[rel] = f"file of {size} bytes (patch limit {MAX_PATCH_BYTES})"
                 continue
-            if not task.is_editable(rel) and not old.exists():
-                continue     # the agent's own scratch files (logs, checkpoints) are not a submission
+            data = Path(full).read_bytes()
+            if rel in HARNESS_FILES:
+                continue
             changes[rel] = data
     for p in pristine.rglob("*"):
         rel = str(p.relative_to(pristine))

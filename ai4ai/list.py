@@ -1,0 +1,47 @@
+"""python -m ai4ai.list: the tasks, agent configs and scales this checkout has."""
+from __future__ import annotations
+
+import yaml
+
+from . import PROJECT_ROOT
+from . import anchors as anchor_store
+from .agents import kinds
+from .provenance import benchmark_version
+from .task import TaskError, list_tasks, load_task
+
+
+def _comment(path) -> str:
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
+def main() -> None:
+    version = benchmark_version()
+    print(f"benchmark version {version}\n\nTASKS")
+    for name in list_tasks():
+        try:
+            t = load_task(name)
+        except TaskError as e:
+            print(f"  {name:16s} BROKEN: {e}")
+            continue
+        recs = (yaml.safe_load(anchor_store.anchors_path(t.grader).read_text()) or {}).get("records", []) \
+            if anchor_store.anchors_path(t.grader).exists() else []
+        cal = sorted({f"{r['key']['scale']}@{r['key']['device_class']}" for r in recs
+                      if r["key"]["benchmark_version"] == version})
+        print(f"  {name:16s} {t.family:16s} metric {t.metric.name} ({t.metric.direction})  "
+              f"scales {', '.join(t.scales)}  anchors: {', '.join(cal) or 'none for this version'}")
+    print("\nAGENTS (agent=NAME; kinds: " + ", ".join(kinds()) + ")")
+    for p in sorted((PROJECT_ROOT / "conf" / "agent").glob("*.yaml")):
+        print(f"  {p.stem:16s} {_comment(p)}")
+    print("\nSCALES (scale=NAME)")
+    for p in sorted((PROJECT_ROOT / "conf" / "scale").glob("*.yaml")):
+        print(f"  {p.stem:16s} {_comment(p)}")
+    print("\nSANDBOXES (sandbox=NAME)")
+    for p in sorted((PROJECT_ROOT / "conf" / "sandbox").glob("*.yaml")):
+        print(f"  {p.stem:16s} {_comment(p) or p.read_text().strip()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The whole data flow at `ci` through the real configs and the real sandbox."""
+import json
+from pathlib import Path
+
+import pytest
+
+from ai4ai import pipeline
+from ai4ai.record import REQUIRED_FIELDS, connect, validate
+
+from .conftest import example
+
+CI = ["task=optimizer", "scale=ci"]
+
+
+def _result(run_dir: Path) -> dict:
+    result = json.loads((run_dir / "result.json").read_text())
+    validate(result)
+    return result
+
+
+def test_baseline_agent_scores_about_point_one(compose_cfg, tmp_path):
+    cfg = compose_cfg("config", CI + ["agent=baseline"])
+    run_dir = tmp_path / "run_baseline"
+    pipeline.run(cfg, run_dir)
+    r = _result(run_dir)
+    assert set(REQUIRED_FIELDS) <= set(r)
+    assert r["status"] == "graded" and r["submission"]["files"] == []
+    assert abs(r["score"] - 0.1) < 0.06, r["score_per_seed"]
+    assert r["raw"]["mean"] > r["anchors"]["best"]
+    cands = r["checkpoints"]["per_seed"][0]["candidates"]
+    assert len(cands) == 3 and all(c["valid"] for c in cands)
+    for f in ("agent.log", "submission.patch", "submission.json", "grade/seed_0/train.log"):
+        assert (run_dir / f).exists(), f
+    with connect(Path(cfg.results_db)) as con:
+        rows = con.execute("SELECT task, status, score FROM results").fetchall()
+    assert rows == [("optimizer", "graded", pytest.approx(r["score"]))]
+    # the same cell is skipped on rerun
+    assert pipeline.run(cfg, tmp_path / "run_again") is None
+    assert not (tmp_path / "run_again" / "result.json").exists()
+
+
+def test_example_patch_scores_above_point_one(compose_cfg, tmp_path):
+    cfg = compose_cfg("config", CI + ["agent=patch", f"agent.patch={example('muon.patch')}"])
+    run_dir = tmp_path / "run_muon"
+    pipeline.run(cfg, run_dir)
+    r = _result(run_dir)
+    assert r["status"] == "graded"
+    assert sorted(r["submission"]["files"]) == ["algorithm/muon.py", "optim.py", "train.py"]
+    assert r["score"] > 0.15, r["score_per_seed"]
+
+
+def test_command_agent_edits_in_the_sandbox_and_protected_edits_are_dropped(compose_cfg, tmp_path):
+    cmd = ("sed -i 's/^LR = 3e-3/LR = 2e-3/' optim.py && echo '# hacked' >> model.py && "
+           "ls /sys/class/net && test ! -e /work")
+    cfg = compose_cfg("config", CI + ["agent=command", f'agent.command="{cmd}"'])
+    run_dir = tmp_path / "run_cmd"
+    pipeline.run(cfg, run_dir)
+    r = _result(run_dir)
+    assert r["submission"]["files"] == ["optim.py"]
+    assert {x["path"]: x["reason"] for x in r["submission"]["rejected_files"]} == {"model.py": "protected file"}
+    assert "LR = 2e-3" in (run_dir / "submission.patch").read_text()
+    assert r["status"] == "graded"
+
+
+def test_crash_in_training_is_invalid_with_its_reason(compose_cfg, tmp_path):
+    patch = tmp_path / "crash.patch"
+    patch.write_text("--- a/optim.py\n+++ b/optim.py\n@@ -19,2 +19,3 @@\n def lr_at(step: int, total_steps: int) -> float:\n"
+                     "     \"\"\"Learning rate for optimizer step `step` (0-based) of `total_steps`.\"\"\"\n"
+                     "+    raise RuntimeError('deliberate crash')\n")
+    cfg = compose_cfg("grade", CI + [f"patch={patch}"])
+    run_dir = tmp_path / "grade_crash"
+    pipeline.grade(cfg, run_dir)
+    r = _result(run_dir)
+    assert r["status"] == "invalid" and r["score"] == 0.0
+    assert "deliberate crash" in r["reason"]
+    assert (run_dir / "grade" / "seed_0" / "train.log").exists()
+    with connect(Path(cfg.results_db)) as con:
+        assert con.execute("SELECT status FROM results").fetchall() == [("invalid",)]
+
+
+def test_training_cannot_touch_the_repo_or_plant_code(compose_cfg, tmp_path):
+    """Training that writes into its repo copy or the kernels fails there; the checkpoint still counts."""
+    patch = tmp_path / "plant.patch"
+    patch.write_text("--- a/optim.py\n+++ b/optim.py\n@@ -19,2 +19,9 @@\n def lr_at(step: int, total_steps: int) -> float:\n"
+                     "     \"\"\"Learning rate for optimizer step `step` (0-based) of `total_steps`.\"\"\"\n"
+                     "+    if step == 0:\n"
+                     "+        for p in ('model.py', '/opt/ai4ai/ai4ai_kernels/x.py', 'sitecustomize.py'):\n"
+                     "+            try:\n"
+                     "+                open(p, 'a').write('PLANTED = 1')\n"
+                     "+                print('WROTE', p)\n"
+                     "+            except OSError as e:\n"
+                     "+                print('DENIED', p, type(e).__name__)\n")
+    cfg = compose_cfg("grade", CI + [f"patch={patch}", "sandbox=bwrap"]) if _bwrap() else None
+    if cfg is None:
+        pytest.skip("bubblewrap unavailable")
+    run_dir = tmp_path / "grade_plant"
+    pipeline.grade(cfg, run_dir)
+    log = (run_dir / "grade" / "seed_0" / "train.log").read_text()
+    assert "WROTE" not in log and log.count("DENIED") == 3
+    assert "PLANTED" not in (run_dir / ".harness" / "pristine" / "model.py").read_text()
+    assert _result(run_dir)["status"] == "graded"
+
+
+def _bwrap():
+    from ai4ai.sandbox import bwrap_available
+    return bwrap_available()
+
+
+def test_dry_run_prints_the_plan_and_exits(compose_cfg, tmp_path, capsys):
+    cfg = compose_cfg("config", CI + ["agent=baseline", "dry_run=true"])
+    assert pipeline.run(cfg, tmp_path / "dry") is None
+    out = capsys.readouterr().out
+    assert "anchors" in out and "train cap" in out and "window" in out
+    assert not (tmp_path / "dry").exists()

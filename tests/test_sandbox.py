@@ -1,0 +1,132 @@
+"""The sandbox: no project root, no hidden grader, no network, writes only where allowed, caps end trees."""
+import os
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+from ai4ai import PROJECT_ROOT
+from ai4ai.sandbox import KERNELS_DIR, Mount, Sandbox, bwrap_available
+
+from .conftest import needs_bwrap
+
+
+def _sandbox(tmp_path, backend="bwrap"):
+    ws = tmp_path / "ws"
+    home = tmp_path / "home"
+    (home / "tmp").mkdir(parents=True)
+    ws.mkdir(exist_ok=True)
+    sb = Sandbox(backend=backend, mounts=[Mount("/workspace", ws, True), Mount("/home/agent", home, True),
+                                          Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False)])
+    sb.env = sb.base_env("/home/agent")
+    return sb, ws
+
+
+def _run(sb, tmp_path, script, timeout=60):
+    log = tmp_path / f"log_{uuid.uuid4().hex}.txt"
+    out = sb.run([sys.executable, "-c", script], "/workspace", timeout, log, grace_s=1)
+    return out, log.read_text()
+
+
+@needs_bwrap
+def test_agent_cannot_read_the_hidden_grader_or_the_project(tmp_path):
+    sb, _ = _sandbox(tmp_path)
+    secrets = PROJECT_ROOT / "grader_hidden" / "optimizer" / "secrets.yaml"
+    script = f"""
+import os, importlib.util
+for p in [{str(secrets)!r}, {str(PROJECT_ROOT / 'README.md')!r}, {str(PROJECT_ROOT)!r}]:
+    print(p, 'EXISTS' if os.path.exists(p) else 'absent')
+print('ai4ai importable:', importlib.util.find_spec('ai4ai') is not None)
+print('kernels importable:', importlib.util.find_spec('ai4ai_kernels') is not None)
+found = []
+for root, dirs, files in os.walk('/', topdown=True):
+    dirs[:] = [d for d in dirs if root != '/' or d not in ('proc', 'sys', 'dev')]
+    if 'secrets.yaml' in files or 'grader_hidden' in dirs:
+        found.append(root)
+print('walk found:', found)
+"""
+    out, log = _run(sb, tmp_path, script)
+    assert out.returncode == 0, log
+    assert "EXISTS" not in log
+    assert "ai4ai importable: False" in log
+    assert "kernels importable: True" in log
+    assert "walk found: []" in log
+
+
+@needs_bwrap
+def test_only_loopback_interface(tmp_path):
+    sb, _ = _sandbox(tmp_path)
+    script = "print('IFACES', sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]))"
+    out, log = _run(sb, tmp_path, script)
+    assert out.returncode == 0, log
+    assert "IFACES ['lo']" in log
+
+
+@needs_bwrap
+def test_writes_outside_the_writable_mounts_fail(tmp_path):
+    sb, ws = _sandbox(tmp_path)
+    victim = tmp_path / "outside.txt"
+    script = f"""
+import os
+for p in ['/workspace/ok.txt', {str(victim)!r}, '/usr/planted.py', '/opt/ai4ai/ai4ai_kernels/planted.py',
+          {str(PROJECT_ROOT / 'planted.txt')!r}]:
+    try:
+        open(p, 'w').write('x'); print('WROTE', p)
+    except OSError as e:
+        print('DENIED', p, type(e).__name__)
+"""
+    out, log = _run(sb, tmp_path, script)
+    assert out.returncode == 0, log
+    assert log.count("WROTE") == 1 and "WROTE /workspace/ok.txt" in log
+    assert (ws / "ok.txt").exists() and not victim.exists()
+    assert not (PROJECT_ROOT / "planted.txt").exists() and not (KERNELS_DIR / "planted.py").exists()
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "none"])
+def test_timeout_ends_the_whole_tree_including_escapees(tmp_path, backend):
+    if backend == "bwrap" and not bwrap_available():
+        pytest.skip("bubblewrap unavailable")
+    sb, _ = _sandbox(tmp_path, backend)
+    marker = f"ai4ai_escape_{uuid.uuid4().hex[:8]}"
+    # a setsid daemon, a double fork and a SIGTERM-ignoring parent
+    script = f"""
+import os, signal, subprocess, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+subprocess.Popen(['sh', '-c', 'exec -a {marker} sleep 300'], start_new_session=True)
+if os.fork() == 0:
+    if os.fork() == 0:
+        os.setsid(); os.execvp('sh', ['sh', '-c', 'exec -a {marker} sleep 301'])
+    os._exit(0)
+print('started', flush=True)
+time.sleep(300)
+"""
+    t0 = time.monotonic()
+    out, log = _run(sb, tmp_path, script, timeout=3)
+    assert out.timed_out and "started" in log
+    assert time.monotonic() - t0 < 30
+    time.sleep(0.5)
+    left = [p for p in psutil.process_iter(["cmdline"]) if any(marker in (c or "") for c in (p.info["cmdline"] or []))]
+    assert left == [], f"processes outlived the cap: {left}"
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "none"])
+def test_processes_left_after_a_normal_exit_are_ended(tmp_path, backend):
+    if backend == "bwrap" and not bwrap_available():
+        pytest.skip("bubblewrap unavailable")
+    sb, _ = _sandbox(tmp_path, backend)
+    marker = f"ai4ai_daemon_{uuid.uuid4().hex[:8]}"
+    script = f"import subprocess; subprocess.Popen(['sh', '-c', 'exec -a {marker} sleep 300'], start_new_session=True)"
+    out, _ = _run(sb, tmp_path, script, timeout=30)
+    assert out.returncode == 0 and not out.timed_out
+    time.sleep(0.5)
+    left = [p for p in psutil.process_iter(["cmdline"]) if any(marker in (c or "") for c in (p.info["cmdline"] or []))]
+    assert left == []
+
+
+def test_sandbox_refuses_to_mount_the_project_root(tmp_path):
+    from ai4ai.sandbox import SandboxError
+    sb = Sandbox(backend="bwrap", mounts=[Mount("/workspace", PROJECT_ROOT, True)])
+    with pytest.raises(SandboxError, match="project root"):
+        sb.argv(["true"], "/workspace")

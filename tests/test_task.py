@@ -1,0 +1,76 @@
+import copy
+
+import pytest
+import yaml
+
+from ai4ai import PROJECT_ROOT
+from ai4ai.check_task import Report, contract_checks
+from ai4ai.provenance import benchmark_version
+from ai4ai.task import TaskError, list_tasks, load_task, parse_task
+
+RAW = yaml.safe_load((PROJECT_ROOT / "conf" / "task" / "optimizer.yaml").read_text())
+
+
+def test_tasks_are_discovered_by_file():
+    assert "optimizer" in list_tasks()
+    t = load_task("optimizer")
+    assert t.metric.direction == "min" and t.metric.transform == "neg_log"
+    assert t.is_editable("train.py") and t.is_editable("algorithm/new_rule.py")
+    assert not t.is_editable("model.py") and not t.is_editable("algorithm/sub/x.py")
+
+
+@pytest.mark.parametrize("mutate,msg", [
+    (lambda d: d.update(surprise=1), "unknown keys"),
+    (lambda d: d["metric"].update(direction="up"), "direction"),
+    (lambda d: d["scales"]["smoke"].update(calibration_seeds=[1, 2]), "at least 5"),
+    (lambda d: d["scales"]["smoke"].update(grader_seeds=[1000]), "disjoint"),
+    (lambda d: d["scales"].update(huge=d["scales"]["ci"]), "unknown scale"),
+    (lambda d: d.pop("entry"), "missing keys"),
+    (lambda d: d.update(model="model.build_model"), "module:function"),
+])
+def test_bad_task_configs_are_rejected_with_a_reason(mutate, msg):
+    d = copy.deepcopy(RAW)
+    mutate(d)
+    with pytest.raises(TaskError, match=msg):
+        parse_task(d, "test")
+
+
+def test_unknown_task_names_the_known_ones():
+    with pytest.raises(TaskError, match="optimizer"):
+        load_task("no_such_task")
+
+
+def test_contract_checks_pass_for_optimizer():
+    rep = Report(lines=[])
+    contract_checks(load_task("optimizer"), rep)
+    assert rep.failed == 0, [line for line in rep.lines if line[0] == "FAIL"]
+    assert sum(1 for line in rep.lines if line[0] == "PASS") > 15
+
+
+def test_contract_checks_catch_a_corrupted_data_file(tmp_path, monkeypatch):
+    import shutil
+    from dataclasses import replace
+    t = load_task("optimizer")
+    repo = tmp_path / "repo"
+    shutil.copytree(t.repo, repo)
+    (repo / "data" / "val.u8").write_bytes(b"\0" * 16)
+    rep = Report(lines=[])
+    contract_checks(replace(t, repo=repo, protected=t.protected + ("missing.py",)), rep)
+    fails = [line[1] for line in rep.lines if line[0] == "FAIL"]
+    assert "checksum of data/val.u8" in fails and "protected file missing.py exists" in fails
+
+
+def test_benchmark_version_ignores_anchor_records_but_not_the_grader(tmp_path, monkeypatch):
+    import ai4ai.provenance as prov
+    v = benchmark_version()
+    assert v == benchmark_version()
+    fake_root = tmp_path / "root"
+    import shutil
+    for d in ("repos_frozen", "grader_hidden", "conf/task", "kernels"):
+        shutil.copytree(PROJECT_ROOT / d, fake_root / d, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(prov, "PROJECT_ROOT", fake_root)
+    base = prov.benchmark_version()
+    (fake_root / "grader_hidden" / "optimizer" / "anchors.yaml").write_text("records: []\n")
+    assert prov.benchmark_version() == base
+    (fake_root / "grader_hidden" / "optimizer" / "grader.py").write_text("# changed\n")
+    assert prov.benchmark_version() != base
