@@ -184,6 +184,7 @@ def grade_and_record(ctx: Context, cfg: DictConfig, sub: Submission, agent_name:
 
 def build_result(ctx: Context, agent_name, agent_cfg, seeds, seed, scored: Scored, results, rec, sub, timing,
                  cost, trajectory, started_at) -> dict:
+    network = "open" if agent_cfg.get("network") is True else str(agent_cfg.get("network") or "none")
     m = ctx.task.metric
     return {
         "schema": SCHEMA, "benchmark_version": ctx.version, "task": ctx.task.name, "family": ctx.task.family,
@@ -207,8 +208,9 @@ def build_result(ctx: Context, agent_name, agent_cfg, seeds, seed, scored: Score
                                      "final_proxy": None, "regressed_after_best": None},
         "timing": timing,
         "cost": cost or {"usd": None, "input_tokens": None, "output_tokens": None},
-        "sandbox": {"backend": ctx.backend, "network": False},
-        "provenance": {**versions(), "repo_sha256": _repo_sha(ctx.task), "device_class": ctx.key.device_class,
+        "sandbox": {"backend": ctx.backend, "network": network},
+        "provenance": {**versions(), "repo_sha256": _repo_sha(ctx.task), "grader_sha256": _grader_sha(ctx.task),
+                       "device_class": ctx.key.device_class,
                        "threads": ctx.threads, "started_at": started_at, "task_overridden": ctx.task_overridden},
     }
 
@@ -216,6 +218,11 @@ def build_result(ctx: Context, agent_name, agent_cfg, seeds, seed, scored: Score
 def _repo_sha(task: Task) -> str:
     from .provenance import tree_sha256
     return tree_sha256(task.repo)
+
+
+def _grader_sha(task: Task) -> str:
+    from .provenance import UNVERSIONED, tree_sha256
+    return tree_sha256(task.grader, UNVERSIONED)
 
 
 def final_line(result: dict, run_dir: Path) -> str:

@@ -128,7 +128,8 @@ class Sandbox:
     def base_env(self, home_inside: str) -> dict[str, str]:
         home = self.path(home_inside)
         env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            # the harness's interpreter first, so `python` in a phase has the same packages
+            "PATH": os.path.dirname(sys.executable) + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": home, "TMPDIR": self.path(home_inside + "/tmp") if self.backend == "none" else "/tmp",
             "XDG_CACHE_HOME": f"{home}/.cache", "TRITON_CACHE_DIR": f"{home}/.cache/triton",
             "TORCHINDUCTOR_CACHE_DIR": f"{home}/.cache/inductor", "HF_HOME": f"{home}/.cache/hf",

@@ -22,10 +22,13 @@ def data_dir() -> Path:
 
 
 def _checksums() -> dict:
+    """sha256 of each split: data/SHA256SUMS, plus the grader's cache listing for full-scale splits."""
     sums = {}
-    for line in (REPO / "data" / "SHA256SUMS").read_text().splitlines():
-        digest, name = line.split()
-        sums[name] = digest
+    for listing in dict.fromkeys([REPO / "data" / "SHA256SUMS", data_dir() / "SHA256SUMS"]):
+        if listing.exists():
+            for line in listing.read_text().splitlines():
+                digest, name = line.split()
+                sums.setdefault(name, digest)      # the repo's own listing wins
     return sums
 
 
