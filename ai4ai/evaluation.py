@@ -38,7 +38,7 @@ class EvalSpec:
     metadata_keys: list
     device: str
     threads: int
-    mode: str = "grade"        # grade | anchors (no-info, best, validation of candidates)
+    mode: str = "grade"        # grade | anchors (no-info and best) | proxy (validation only)
 
 
 def run_worker(spec: EvalSpec, workdir: Path, timeout_s: float = 3600) -> dict:
@@ -142,6 +142,22 @@ def _worker(spec: EvalSpec) -> dict:
             val = grader.split("validation", None)
             out["validation_no_info"] = grader.evaluate(grader.uninformative(fresh()).eval(), val, None)
             out["validation_best"] = grader.best_attainable(val, None) if hasattr(grader, "best_attainable") else None
+        return out
+
+    if spec.mode == "proxy":
+        # The agent's proxy: the newest valid checkpoint on the visible validation split only.
+        val = grader.split("validation", None)
+        for c in reversed(spec.candidates):
+            path = Path(c)
+            rec = {"name": path.name}
+            try:
+                out["validation_metric"] = float(grader.evaluate(load_strict(fresh(), path), val, None))
+                out["chosen"] = path.name
+                return out
+            except InvalidCheckpoint as e:
+                rec.update(valid=False, reason=str(e))
+                out["candidates"].append(rec)
+        out["chosen"] = None
         return out
 
     selection = grader.split("selection", None)

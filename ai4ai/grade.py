@@ -152,9 +152,9 @@ def snapshot_checkpoints(out: Path, dest: Path) -> list[Path]:
     return taken
 
 
-def train_and_evaluate(setup: GradeSetup, train_repo: Path, pristine: Path, seed: int,
-                       seed_dir: Path, extra_mounts: list, extra_env: dict) -> SeedResult:
-    task = setup.task
+def training_sandbox(setup: GradeSetup, train_repo: Path, seed_dir: Path, extra_mounts: list,
+                     extra_env: dict) -> Sandbox:
+    """Read-only repo copy, a writable output folder and private HOME; no network."""
     out, home = seed_dir / "out", seed_dir / "home"
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     mounts = [Mount("/repo", train_repo, False), Mount("/out", out, True), Mount("/home/sandbox", home, True),
@@ -166,24 +166,42 @@ def train_and_evaluate(setup: GradeSetup, train_repo: Path, pristine: Path, seed
     if setup.backend == "none":
         env["PYTHONPATH"] = str(train_repo)
     sb.env = env
-    bar = TrainingBar(f"  seed {seed} training", setup.progress)
-    outcome = sb.run(_entry_argv(task, sb, seed, setup.scale, setup.cap_s, setup.device), "/repo",
+    return sb
+
+
+def run_training(setup: GradeSetup, train_repo: Path, seed: int, seed_dir: Path, extra_mounts: list,
+                 extra_env: dict, label: str) -> tuple:
+    """Train once under the cap; returns (outcome, snapshotted checkpoints, invalid reason or None)."""
+    sb = training_sandbox(setup, train_repo, seed_dir, extra_mounts, extra_env)
+    bar = TrainingBar(label, setup.progress)
+    outcome = sb.run(_entry_argv(setup.task, sb, seed, setup.scale, setup.cap_s, setup.device), "/repo",
                      setup.cap_s, seed_dir / "train.log", on_line=bar.on_line)
     bar.close()
-    ckpts = snapshot_checkpoints(out, seed_dir / "checkpoints")
-    base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out)
+    ckpts = snapshot_checkpoints(seed_dir / "out", seed_dir / "checkpoints")
+    reason = None
     if not outcome.timed_out and outcome.returncode != 0:
-        tail = _log_tail(seed_dir / "train.log")
-        return SeedResult(status="invalid", reason=f"training exited with code {outcome.returncode}: {tail}",
-                          raw=None, **base)
-    if not ckpts:
-        why = "timed out with no checkpoint" if outcome.timed_out else "training wrote no checkpoint"
-        return SeedResult(status="invalid", reason=why, raw=None, **base)
-    spec = EvalSpec(task=task.name, repo=str(pristine), grader=str(task.grader), model=task.model,
+        reason = f"training exited with code {outcome.returncode}: {_log_tail(seed_dir / 'train.log')}"
+    elif not ckpts:
+        reason = "timed out with no checkpoint" if outcome.timed_out else "training wrote no checkpoint"
+    return outcome, ckpts, reason
+
+
+def eval_spec(setup: GradeSetup, pristine: Path, ckpts: list, mode: str = "grade") -> EvalSpec:
+    task = setup.task
+    return EvalSpec(task=task.name, repo=str(pristine), grader=str(task.grader), model=task.model,
                     scale=setup.scale, candidates=[str(c) for c in ckpts], direction=task.metric.direction,
                     transform=task.metric.transform, metadata_keys=list(task.checkpoint_metadata),
-                    device=setup.device, threads=setup.threads)
-    res = run_worker(spec, seed_dir / "eval")
+                    device=setup.device, threads=setup.threads, mode=mode)
+
+
+def train_and_evaluate(setup: GradeSetup, train_repo: Path, pristine: Path, seed: int,
+                       seed_dir: Path, extra_mounts: list, extra_env: dict) -> SeedResult:
+    outcome, ckpts, reason = run_training(setup, train_repo, seed, seed_dir, extra_mounts, extra_env,
+                                          f"  seed {seed} training")
+    base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out)
+    if reason:
+        return SeedResult(status="invalid", reason=reason, raw=None, **base)
+    res = run_worker(eval_spec(setup, pristine, ckpts), seed_dir / "eval")
     if res["chosen"] is None:
         reasons = "; ".join(c.get("reason", "") for c in res["candidates"])
         return SeedResult(status="invalid", reason=f"no valid checkpoint: {reasons}", raw=None,

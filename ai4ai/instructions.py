@@ -18,6 +18,16 @@ Rules (the grader enforces them; breaking them gains nothing):
 """
 
 
+PROXY = """\
+Proxy scores: run `ai4ai-proxy` in a shell. The harness trains your current editable files at
+this scale's budget in a fresh sandbox and answers with the validation metric and its place on
+the 0 / 0.1 / 1.0 scale (against validation anchors). Calls run one at a time and their time
+counts against your window. `ai4ai-proxy --submit` marks the current files as your submission
+(otherwise the files as they stand at the deadline are taken); `ai4ai-proxy --status` shows the
+time left. The score that counts is the hidden one, on other seeds and other data.
+"""
+
+
 def render(task: Task, scale: str, window_s: float, started: float | None = None) -> str:
     started = started or time.time()
     deadline = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started + window_s))
@@ -30,6 +40,7 @@ def render(task: Task, scale: str, window_s: float, started: float | None = None
         f"Goal: improve the training algorithm so that the trained model scores better on the hidden "
         f"metric ({task.metric.name}, {'higher' if task.metric.direction == 'max' else 'lower'} is better).\n",
         RULES.format(editable=editable),
+        PROXY,
         "## The repository's README\n\n" + (task.repo / "README.md").read_text(),
     ]
     kernels_readme = PROJECT_ROOT / "kernels" / "README.md"

@@ -20,6 +20,7 @@ from . import agents as agent_kinds
 from . import anchors as anchor_store
 from . import record
 from .console import say
+from .proxy import ProxyServer, choose_submission, client_bin, trajectory_summary, write_submission_record
 from .grade import GradeSetup, Scored, cap_seconds, grade_seeds, score_seeds, write_json
 from .instructions import render
 from .provenance import benchmark_version, default_device, device_class, torch_minor, versions
@@ -265,6 +266,14 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
             say(f"skipping: this cell is done ({done['status']}, score {done['score']}) in {done['run_dir']}; "
                 "skip_done=false reruns it")
             return None
+    if str(cfg.submission) not in ("final", "marked", "best_proxy"):
+        raise UsageError(f"submission={cfg.submission}: use final, marked or best_proxy")
+    if hasattr(mod, "preflight"):
+        from .agents.cli import AgentSetupError
+        try:
+            mod.preflight(agent_cfg)
+        except AgentSetupError as e:
+            raise UsageError(str(e))
     if agent_cfg["kind"] == "patch":
         from .agents.patch import resolve
         try:
@@ -280,28 +289,46 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     ws = agent_workspace(ctx.task, run_dir / "workspace")
     home = run_dir / "agent_home"
     (home / "tmp").mkdir(parents=True, exist_ok=True)
-    sb = Sandbox(backend=ctx.backend, network=bool(agent_cfg.get("network", False)),
+    rec = anchor_store.find(ctx.task.grader, ctx.key)
+    proxy_setup = GradeSetup(task=ctx.task, scale=ctx.scale, device=ctx.device, threads=ctx.threads,
+                             backend=ctx.backend, cap_s=cap_seconds(ctx.task, ctx.scale, rec), run_dir=run_dir,
+                             progress=False)
+    t_start = time.time()
+    server = ProxyServer(setup=proxy_setup, pristine=pristine, workspace=ws, run_dir=run_dir,
+                         validation=rec.validation if rec else None, deadline=t_start + window_s)
+    sock_dir = server.start()
+    sb = Sandbox(backend=ctx.backend, network=agent_cfg.get("network") is True,
                  mounts=[Mount("/workspace", ws, True), Mount("/home/agent", home, True),
-                         Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False)])
+                         Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False),
+                         Mount("/opt/ai4ai/bin", client_bin(run_dir), False), Mount("/run/ai4ai", sock_dir, True)])
     env = sb.base_env("/home/agent")
-    env.update(OMP_NUM_THREADS=str(ctx.threads), AI4AI_SCALE=ctx.scale, AI4AI_WINDOW_S=str(int(window_s)))
+    env.update(OMP_NUM_THREADS=str(ctx.threads), AI4AI_SCALE=ctx.scale, AI4AI_WINDOW_S=str(int(window_s)),
+               AI4AI_DEADLINE=str(int(t_start + window_s)), AI4AI_PROXY_SOCKET=sb.path("/run/ai4ai") + "/proxy.sock",
+               PATH=sb.path("/opt/ai4ai/bin") + ":" + env["PATH"])
     sb.env = env
+    instructions = render(ctx.task, ctx.scale, window_s, t_start)
+    (run_dir / "instructions.md").write_text(instructions)
     say(f"agent phase: window {window_s:.0f} s, sandbox {ctx.backend}")
     from .agents.base import AgentContext
-    actx = AgentContext(workspace=ws, instructions=render(ctx.task, ctx.scale, window_s), window_s=window_s,
+    actx = AgentContext(workspace=ws, instructions=instructions, window_s=window_s,
                         sandbox=sb, log_path=run_dir / "agent.log", config=agent_cfg, pristine=pristine)
-    outcome = mod.run(actx)
-    say(f"agent finished: exit {outcome.exit_code}, {'timed out, ' if outcome.timed_out else ''}{outcome.wall_s:.1f} s")
-    sub = from_workspace(ctx.task, pristine, ws)
-    (run_dir / "submission.patch").write_text(sub.patch)
-    write_json(run_dir / "submission.json", sub.summary())
-    say(f"submission: {len(sub.files)} file(s), +{sub.lines_added}/-{sub.lines_removed} lines"
+    try:
+        outcome = mod.run(actx)
+    finally:
+        server.stop()
+    say(f"agent finished: exit {outcome.exit_code}, {'timed out, ' if outcome.timed_out else ''}{outcome.wall_s:.1f} s, "
+        f"{server.calls} proxy call(s)")
+    final = from_workspace(ctx.task, pristine, ws)
+    sub, source = choose_submission(str(cfg.submission), final, server)
+    write_submission_record(run_dir, sub, source)
+    say(f"submission ({source}): {len(sub.files)} file(s), +{sub.lines_added}/-{sub.lines_removed} lines"
         + (f", {len(sub.rejected)} rejected: " + "; ".join(f"{p} ({r})" for p, r in list(sub.rejected.items())[:5])
            if sub.rejected else ""))
     seeds = list(ctx.task.scale(ctx.scale).grader_seeds)
+    cost = {k: outcome.usage.get(k) for k in ("usd", "input_tokens", "output_tokens")} if outcome.usage else None
     return grade_and_record(ctx, cfg, sub, agent_label(agent_cfg), agent_cfg, seeds,
-                            {"agent_s": round(outcome.wall_s, 2)}, outcome.usage or None, None, started_at,
-                            int(cfg.seed))
+                            {"agent_s": round(outcome.wall_s, 2)}, cost,
+                            trajectory_summary(run_dir / "trajectory.jsonl"), started_at, int(cfg.seed))
 
 
 def grade(cfg: DictConfig, run_dir: Path) -> dict | None:

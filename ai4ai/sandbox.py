@@ -143,7 +143,9 @@ class Sandbox:
     def argv(self, command: list[str], cwd_inside: str) -> list[str]:
         if self.backend == "none":
             return command
-        a = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+        # The environment is passed to bwrap itself (never on its command line, where secrets
+        # such as API keys would show in the process list); bwrap hands it to the command.
+        a = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
         if self.network:
             a.append("--share-net")
         for sysdir in ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"):
@@ -159,14 +161,13 @@ class Sandbox:
             if _under(PROJECT_ROOT, m.host) and not m.host.resolve() == KERNELS_DIR.resolve():
                 raise SandboxError(f"refusing to mount {m.host}: it contains the project root")
             a += ["--bind" if m.writable else "--ro-bind", str(m.host), m.inside]
-        for k, v in self.env.items():
-            a += ["--setenv", k, v]
         a += ["--chdir", cwd_inside, "--"]
         return a + command
 
     def run(self, command: list[str], cwd_inside: str, timeout_s: float, log_path: Path,
-            on_line: Callable[[str], None] | None = None, grace_s: float = GRACE_S) -> Outcome:
-        """Run `command` until it exits or `timeout_s` passes; then SIGTERM, and SIGKILL after grace.
+            on_line: Callable[[str], None] | None = None, grace_s: float = GRACE_S,
+            stop: threading.Event | None = None) -> Outcome:
+        """Run `command` until it exits, `timeout_s` passes or `stop` is set; then SIGTERM, SIGKILL after grace.
 
         Every process the phase started is ended when it returns, including ones that left
         the process group (setsid, double fork). Output goes to `log_path` line by line.
@@ -185,15 +186,16 @@ class Sandbox:
         t0 = time.monotonic()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(self.argv(command, cwd_inside), cwd=cwd, env=env if self.backend == "none" else
-                                    {"PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(self.argv(command, cwd_inside), cwd=cwd, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             reader = threading.Thread(target=_pump, args=(proc.stdout, log, on_line), daemon=True)
             reader.start()
             timed_out = False
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
+            deadline = t0 + timeout_s
+            while proc.poll() is None and time.monotonic() < deadline and not (stop and stop.is_set()):
+                time.sleep(0.05)
+            if proc.poll() is None:
                 timed_out = True
                 _signal_tree(proc.pid, signal.SIGTERM)
                 try:

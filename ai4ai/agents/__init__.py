@@ -11,7 +11,7 @@ from .base import AgentContext, AgentOutcome  # noqa: F401
 
 
 def kinds() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "base")
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in ("base", "cli"))
 
 
 def get(kind: str):

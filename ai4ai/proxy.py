@@ -1,0 +1,223 @@
+"""The proxy channel: the agent asks for a proxy score over a unix socket; the harness runs it.
+
+A call snapshots the editable files (the same Python diff as the submission), trains them at
+the run's scale in a fresh training sandbox with a proxy seed, evaluates the newest checkpoint
+on the *visible* validation split only, and answers with the raw metric and its sigma against
+the validation anchors. Calls are served one at a time and their time is the agent's. Every
+call is appended to the run's trajectory.jsonl, which lives outside the workspace.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import stat
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import PROJECT_ROOT
+from .console import say
+from .evaluation import run_worker
+from .grade import GradeSetup, build_training_copy, device_lock, eval_spec, run_training, write_json
+from .scoring import Anchors, sigma
+from .submission import Submission, from_workspace
+
+PROXY_SEED = 7919                # distinct from every grader and calibration seed
+MAX_REQUEST = 4096
+MAX_CALLS = 1000                 # a flood of calls ends here; each call is still charged to the window
+
+
+@dataclass
+class ProxyServer:
+    setup: GradeSetup
+    pristine: Path
+    workspace: Path
+    run_dir: Path
+    validation: Anchors | None
+    deadline: float                              # time.time() at which the window ends
+    calls: int = 0
+    marked: Submission | None = None
+    snapshots: list = field(default_factory=list)   # (proxy score or None, Submission) per call
+    _sock: socket.socket | None = None
+    _thread: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def trajectory_path(self) -> Path:
+        return self.run_dir / "trajectory.jsonl"
+
+    def start(self) -> Path:
+        """Listen on a fresh socket; returns the folder holding it (to bind into the sandbox)."""
+        self.sock_dir = Path(tempfile.mkdtemp(prefix="ai4ai-proxy-"))   # short: unix paths are limited
+        path = self.sock_dir / "proxy.sock"
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        path.chmod(stat.S_IRWXU | stat.S_IRWXG | stat.S_IRWXO)
+        self._sock.listen(8)
+        self._sock.settimeout(0.5)
+        self.trajectory_path.touch()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        return self.sock_dir
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+        if self._sock:
+            self._sock.close()
+        shutil.rmtree(getattr(self, "sock_dir", ""), ignore_errors=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            with conn:   # one call at a time: the next connection waits in the backlog
+                try:
+                    reply = self.handle(_read_request(conn))
+                except Exception as e:  # never let a request take the harness down
+                    (self.run_dir / ".harness").mkdir(exist_ok=True)
+                    with open(self.run_dir / ".harness" / "proxy_errors.log", "a") as f:
+                        f.write(traceback.format_exc())
+                    reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+                try:
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                except OSError:
+                    pass
+
+    # ------------------------------------------------------------------ requests
+    def handle(self, req) -> dict:
+        if not isinstance(req, dict) or req.get("cmd") not in ("score", "submit", "status"):
+            return {"ok": False, "error": "request must be a JSON object with cmd: score | submit | status"}
+        if req["cmd"] == "status":
+            return {"ok": True, "seconds_left": round(self.deadline - time.time(), 1), "proxy_calls": self.calls,
+                    "marked": self.marked is not None}
+        if req["cmd"] == "submit":
+            self.marked = self._snapshot()
+            (self.run_dir / ".harness").mkdir(exist_ok=True)
+            (self.run_dir / ".harness" / "marked.patch").write_text(self.marked.patch)
+            self._append({"event": "submit", "patch_sha256": self.marked.sha256,
+                          "rejected": self.marked.rejected})
+            return {"ok": True, "marked": self.marked.sha256, "files": sorted(self.marked.files),
+                    "rejected": self.marked.rejected}
+        if self.calls >= MAX_CALLS:
+            return {"ok": False, "error": f"proxy call limit ({MAX_CALLS}) reached"}
+        return self._score()
+
+    def _snapshot(self) -> Submission:
+        return from_workspace(self.setup.task, self.pristine, self.workspace)
+
+    def _score(self) -> dict:
+        self.calls += 1
+        n, t0 = self.calls, time.monotonic()
+        sub = self._snapshot()
+        call_dir = self.run_dir / ".harness" / "proxy" / f"call_{n:04d}"
+        call_dir.mkdir(parents=True)
+        (call_dir / "submission.patch").write_text(sub.patch)
+        build_training_copy(self.setup.task, sub, call_dir / "train_repo")
+        say(f"proxy call {n}: training the agent's current code")
+        with device_lock(self.setup.device):
+            outcome, ckpts, reason = run_training(self.setup, call_dir / "train_repo", PROXY_SEED, call_dir / "run",
+                                                  [], {}, f"  proxy call {n}")
+            metric = None
+            if reason is None:
+                res = run_worker(eval_spec(self.setup, self.pristine, ckpts, mode="proxy"), call_dir / "eval")
+                metric = res.get("validation_metric")
+                if metric is None:
+                    reason = "no valid checkpoint: " + "; ".join(c.get("reason", "") for c in res["candidates"])
+        m = self.setup.task.metric
+        score = sigma(metric, self.validation, m.direction, m.transform) if metric is not None and self.validation else None
+        self.snapshots.append((score, sub))
+        rec = {"event": "proxy", "call": n, "patch_sha256": sub.sha256, "proxy_metric": metric, "proxy_score": score,
+               "status": "ok" if reason is None else "invalid", "reason": reason,
+               "duration_s": round(time.monotonic() - t0, 2), "rejected": sub.rejected}
+        self._append(rec)
+        log = (call_dir / "run" / "train.log")
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        return {"ok": reason is None, "metric": m.name, "proxy_metric": metric, "proxy_score": score,
+                "reason": reason, "train_log_tail": tail, "duration_s": rec["duration_s"],
+                "rejected": sub.rejected, "seconds_left": round(self.deadline - time.time(), 1)}
+
+    def _append(self, rec: dict) -> None:
+        rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "elapsed_s": round(time.time() - self.started, 2), **rec}
+        with open(self.trajectory_path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    started: float = field(default_factory=time.time)
+
+
+def _read_request(conn: socket.socket):
+    conn.settimeout(10)
+    data = b""
+    while not data.endswith(b"\n") and len(data) <= MAX_REQUEST:
+        chunk = conn.recv(1024)
+        if not chunk:
+            break
+        data += chunk
+    if len(data) > MAX_REQUEST:
+        return None
+    try:
+        return json.loads(data.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+
+
+def trajectory_summary(path: Path) -> dict:
+    """result.json's trajectory field from trajectory.jsonl."""
+    calls = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("event") == "proxy":
+                calls.append(rec)
+    valid = [c for c in calls if c.get("proxy_score") is not None]
+    if not valid:
+        return {"proxy_calls": len(calls), "first_valid_proxy": None, "best_proxy": None, "final_proxy": None,
+                "regressed_after_best": None}
+    best = max(valid, key=lambda c: c["proxy_score"])
+    final = calls[-1]
+
+    def brief(c):
+        return {"call": c["call"], "proxy_score": c.get("proxy_score"), "proxy_metric": c.get("proxy_metric"),
+                "elapsed_s": c.get("elapsed_s"), "patch_sha256": c.get("patch_sha256")}
+    return {"proxy_calls": len(calls), "first_valid_proxy": brief(valid[0]), "best_proxy": brief(best),
+            "final_proxy": brief(final),
+            "regressed_after_best": (final.get("proxy_score") or 0.0) < best["proxy_score"]}
+
+
+def client_bin(run_dir: Path) -> Path:
+    """A folder holding `ai4ai-proxy` and `ai4ai-launch` (bound read-only into the agent's sandbox)."""
+    d = run_dir / ".harness" / "bin"
+    d.mkdir(parents=True, exist_ok=True)
+    for src, name in (("proxy_client.py", "ai4ai-proxy"), ("launcher.py", "ai4ai-launch")):
+        target = d / name
+        shutil.copyfile(PROJECT_ROOT / "ai4ai" / src, target)
+        target.chmod(0o755)
+    return d
+
+
+def choose_submission(policy: str, final: Submission, server: ProxyServer | None) -> tuple[Submission, str]:
+    """final | marked (falls back to final) | best_proxy (falls back to marked, then final)."""
+    if policy not in ("final", "marked", "best_proxy"):
+        raise ValueError(f"submission={policy!r}: use final, marked or best_proxy")
+    if server is not None and policy == "best_proxy":
+        scored = [(s, sub) for s, sub in server.snapshots if s is not None]
+        if scored:
+            return max(scored, key=lambda x: x[0])[1], "best_proxy"
+    if server is not None and policy in ("marked", "best_proxy") and server.marked is not None:
+        return server.marked, "marked"
+    return final, "final"
+
+
+def write_submission_record(run_dir: Path, sub: Submission, source: str) -> None:
+    (run_dir / "submission.patch").write_text(sub.patch)
+    write_json(run_dir / "submission.json", {**sub.summary(), "source": source})

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""ai4ai-proxy: ask the harness for a proxy score of the current code, or mark a submission.
+
+    ai4ai-proxy            train your current editable files at the proxy budget (in a fresh
+                           sandbox, run by the harness) and print the validation metric and
+                           its position on the 0 / 0.1 / 1.0 scale
+    ai4ai-proxy --submit   mark the current editable files as your submission
+    ai4ai-proxy --status   time left in the window, proxy calls so far
+
+Calls are served one at a time; their time counts against your window.
+Standard library only: this file runs inside the agent's sandbox.
+"""
+import json
+import os
+import socket
+import sys
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    cmd = "score"
+    if args and args[0] in ("--submit", "submit"):
+        cmd = "submit"
+    elif args and args[0] in ("--status", "status"):
+        cmd = "status"
+    elif args and args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    path = os.environ.get("AI4AI_PROXY_SOCKET", "/run/ai4ai/proxy.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+    except OSError as e:
+        print(f"ai4ai-proxy: cannot reach the harness at {path}: {e}", file=sys.stderr)
+        return 2
+    with s:
+        s.sendall(json.dumps({"cmd": cmd}).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    try:
+        reply = json.loads(data)
+    except ValueError:
+        print("ai4ai-proxy: malformed reply from the harness", file=sys.stderr)
+        return 2
+    print(json.dumps(reply, indent=1))
+    return 0 if reply.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
