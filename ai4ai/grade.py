@@ -25,11 +25,11 @@ from .console import TrainingBar, say
 from .evaluation import CKPT_RE, EvalSpec, run_worker
 from .hidden import load_grader
 from .provenance import python_executable
-from .sandbox import KERNELS_DIR, Mount, Sandbox
+from .sandbox import KERNELS_DIR, Mount, Sandbox, default_memory_limit
 from .scoring import Anchors, phi, sigma
 from .submission import Submission, apply
 from .task import Task
-from .workspace import copy_repo, make_read_only, pristine_copy
+from .workspace import copy_repo, make_read_only, make_writable, pristine_copy
 
 MAX_CKPT_FILES = 3
 
@@ -142,10 +142,14 @@ def snapshot_checkpoints(out: Path, dest: Path) -> list[Path]:
     taken = []
     for _, p in sorted(found)[-MAX_CKPT_FILES:]:
         for src in (p, p.with_suffix(".json")):
-            try:
-                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+            try:   # O_NONBLOCK: a FIFO planted under a checkpoint's name must not hang the harness
+                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError:
                 continue
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                continue
+            os.set_blocking(fd, True)
             with os.fdopen(fd, "rb") as fin, open(dest / src.name, "wb") as fout:
                 shutil.copyfileobj(fin, fout)
         taken.append(dest / p.name)
@@ -159,7 +163,10 @@ def training_sandbox(setup: GradeSetup, train_repo: Path, seed_dir: Path, extra_
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     mounts = [Mount("/repo", train_repo, False), Mount("/out", out, True), Mount("/home/sandbox", home, True),
               Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False), *extra_mounts]
-    sb = Sandbox(backend=setup.backend, mounts=mounts, network=False, gpu=setup.device.startswith("cuda"))
+    gpu = setup.device.startswith("cuda")
+    # no address-space limit on a GPU: CUDA reserves far more virtual memory than it uses
+    sb = Sandbox(backend=setup.backend, mounts=mounts, network=False, gpu=gpu,
+                 max_memory_bytes=None if gpu else default_memory_limit())
     env = sb.base_env("/home/sandbox")
     env.update(OMP_NUM_THREADS=str(setup.threads), MKL_NUM_THREADS=str(setup.threads),
                **{k: sb.path(v) for k, v in extra_env.items()})
@@ -179,7 +186,9 @@ def run_training(setup: GradeSetup, train_repo: Path, seed: int, seed_dir: Path,
     bar.close()
     ckpts = snapshot_checkpoints(seed_dir / "out", seed_dir / "checkpoints")
     reason = None
-    if not outcome.timed_out and outcome.returncode != 0:
+    if outcome.limit:
+        reason = f"training ended by the sandbox: {outcome.limit}"
+    elif not outcome.timed_out and outcome.returncode != 0:
         reason = f"training exited with code {outcome.returncode}: {_log_tail(seed_dir / 'train.log')}"
     elif not ckpts:
         reason = "timed out with no checkpoint" if outcome.timed_out else "training wrote no checkpoint"
@@ -217,19 +226,22 @@ def _log_tail(path: Path, n: int = 300) -> str:
     except OSError:
         return ""
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    return (lines[-1] if lines else "")[-n:]
+    return printable(lines[-1] if lines else "")[-n:]
+
+
+def printable(text: str) -> str:
+    """Text from a submission, safe for a terminal and a log: control characters escaped."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: Path) -> list[SeedResult]:
     """Train and evaluate `sub` once per seed. Harness faults become `error` seeds."""
     task = setup.task
     workdir.mkdir(parents=True, exist_ok=True)
-    pristine = workdir / ".pristine"
-    if not pristine.exists():
-        pristine_copy(task, pristine)
-    train_repo = workdir / "train_repo"
-    if not train_repo.exists():
-        build_training_copy(task, sub, train_repo)
+    # Each copy is built under a temporary name and renamed when complete, so a harness killed
+    # mid-copy leaves nothing that a resumed grading would take for a finished copy.
+    pristine = _build_once(workdir / ".pristine", lambda d: pristine_copy(task, d))
+    train_repo = _build_once(workdir / "train_repo", lambda d: build_training_copy(task, sub, d))
     mounts, env = data_mounts(task, setup.scale, PROJECT_ROOT / "outputs" / ".cache")
     results = []
     with device_lock(setup.device):
@@ -249,6 +261,18 @@ def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: P
             say(msg)
             results.append(r)
     return results
+
+
+def _build_once(dest: Path, build) -> Path:
+    if dest.exists():
+        return dest
+    tmp = dest.with_name(dest.name + ".partial")
+    if tmp.exists():
+        make_writable(tmp)
+        shutil.rmtree(tmp)
+    build(tmp)
+    tmp.rename(dest)
+    return dest
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import hydra
@@ -268,6 +268,11 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
             return None
     if str(cfg.submission) not in ("final", "marked", "best_proxy"):
         raise UsageError(f"submission={cfg.submission}: use final, marked or best_proxy")
+    db = Path(cfg.results_db)
+    cell = record.cell_key(ctx.task.name, agent_cfg, ctx.scale, int(cfg.seed), ctx.version)
+    pending = record.pending_grading(db, cell) if not ctx.task_overridden else None
+    if pending is not None:
+        return resume_grading(ctx, cfg, pending, agent_cfg, cell)
     if hasattr(mod, "preflight"):
         from .agents.cli import AgentSetupError
         try:
@@ -321,14 +326,42 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     final = from_workspace(ctx.task, pristine, ws)
     sub, source = choose_submission(str(cfg.submission), final, server)
     write_submission_record(run_dir, sub, source)
+    write_json(run_dir / "agent_outcome.json", {"exit_code": outcome.exit_code, "timed_out": outcome.timed_out,
+                                                "wall_s": outcome.wall_s, "usage": outcome.usage,
+                                                "started_at": started_at})
+    record.mark_cell(db, cell, run_dir, "agent_done")
     say(f"submission ({source}): {len(sub.files)} file(s), +{sub.lines_added}/-{sub.lines_removed} lines"
         + (f", {len(sub.rejected)} rejected: " + "; ".join(f"{p} ({r})" for p, r in list(sub.rejected.items())[:5])
            if sub.rejected else ""))
     seeds = list(ctx.task.scale(ctx.scale).grader_seeds)
     cost = {k: outcome.usage.get(k) for k in ("usd", "input_tokens", "output_tokens")} if outcome.usage else None
-    return grade_and_record(ctx, cfg, sub, agent_label(agent_cfg), agent_cfg, seeds,
-                            {"agent_s": round(outcome.wall_s, 2)}, cost,
-                            trajectory_summary(run_dir / "trajectory.jsonl"), started_at, int(cfg.seed))
+    result = grade_and_record(ctx, cfg, sub, agent_label(agent_cfg), agent_cfg, seeds,
+                              {"agent_s": round(outcome.wall_s, 2)}, cost,
+                              trajectory_summary(run_dir / "trajectory.jsonl"), started_at, int(cfg.seed))
+    if result["status"] != "error":
+        record.mark_cell(db, cell, run_dir, "graded")
+    return result
+
+
+def resume_grading(ctx: Context, cfg: DictConfig, run_dir: Path, agent_cfg: dict, cell: str) -> dict:
+    """The agent phase of this cell finished in `run_dir` but its grading did not: grade it there."""
+    say(f"resuming at grading: the agent phase of this cell finished in {run_dir}")
+    ctx = replace(ctx, run_dir=run_dir)
+    pristine = run_dir / ".harness" / "pristine"
+    if not pristine.exists():
+        pristine_copy(ctx.task, pristine)
+    sub = from_patch(ctx.task, pristine, (run_dir / "submission.patch").read_text())
+    outcome = json.loads((run_dir / "agent_outcome.json").read_text()) if (run_dir / "agent_outcome.json").exists() else {}
+    usage = outcome.get("usage") or {}
+    cost = {k: usage.get(k) for k in ("usd", "input_tokens", "output_tokens")} if usage else None
+    seeds = list(ctx.task.scale(ctx.scale).grader_seeds)
+    result = grade_and_record(ctx, cfg, sub, agent_label(agent_cfg), agent_cfg, seeds,
+                              {"agent_s": round(float(outcome.get("wall_s") or 0.0), 2)}, cost,
+                              trajectory_summary(run_dir / "trajectory.jsonl"),
+                              outcome.get("started_at") or record.now(), int(cfg.seed))
+    if result["status"] != "error":
+        record.mark_cell(Path(cfg.results_db), cell, run_dir, "graded")
+    return result
 
 
 def grade(cfg: DictConfig, run_dir: Path) -> dict | None:

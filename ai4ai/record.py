@@ -45,6 +45,34 @@ def find_done(db: Path, task: str, agent_cfg: dict, scale: str, seed: int, versi
     return {"run_dir": row[0], "score": row[1], "status": row[2]} if row else None
 
 
+def _cells(con: sqlite3.Connection) -> None:
+    con.execute("CREATE TABLE IF NOT EXISTS cells (cell TEXT PRIMARY KEY, run_dir TEXT, phase TEXT, updated TEXT)")
+
+
+def cell_key(task: str, agent_cfg: dict, scale: str, seed: int, version: str) -> str:
+    return f"{task}|{config_sha(agent_cfg)}|{scale}|{seed}|{version}"
+
+
+def mark_cell(db: Path, cell: str, run_dir: Path, phase: str) -> None:
+    """Progress of a run's cell: `agent_done` (submission written, grading pending) or `graded`."""
+    with connect(db) as con:
+        _cells(con)
+        con.execute("INSERT INTO cells VALUES (?, ?, ?, ?) ON CONFLICT(cell) DO UPDATE SET run_dir=excluded.run_dir, "
+                    "phase=excluded.phase, updated=excluded.updated", (cell, str(run_dir), phase, now()))
+
+
+def pending_grading(db: Path, cell: str) -> Path | None:
+    """The run dir of this cell whose agent phase finished but whose grading did not."""
+    if not db.exists():
+        return None
+    with connect(db) as con:
+        _cells(con)
+        row = con.execute("SELECT run_dir FROM cells WHERE cell=? AND phase='agent_done'", (cell,)).fetchone()
+    if row and (Path(row[0]) / "submission.patch").exists():
+        return Path(row[0])
+    return None
+
+
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 

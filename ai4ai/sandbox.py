@@ -29,6 +29,27 @@ from . import PROJECT_ROOT
 
 KERNELS_DIR = PROJECT_ROOT / "kernels"
 GRACE_S = 10.0
+# Processes one phase may hold at once (its whole tree, counted from the host). RLIMIT_NPROC is
+# not used: it counts every process of the user (and nothing at all for root), not the phase's.
+MAX_PROCS = int(os.environ.get("AI4AI_MAX_PROCS", "1024"))
+PROC_CHECK_S = 0.25
+
+# Applies RLIMIT_AS to itself, then execs the phase (bwrap or the command): every process of the
+# phase inherits it. A trampoline rather than preexec_fn, which is unsafe in a threaded harness.
+_LIMITER = ("import os, resource, sys\n"
+            "m = int(sys.argv[1])\n"
+            "if m > 0:\n"
+            "    resource.setrlimit(resource.RLIMIT_AS, (m, m))\n"
+            "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def default_memory_limit() -> int:
+    """Address space per process of a CPU training phase: AI4AI_MAX_MEMORY_BYTES, else
+    the larger of 80% of physical memory and 8 GiB (generous: it stops runaway allocation)."""
+    env = os.environ.get("AI4AI_MAX_MEMORY_BYTES")
+    if env:
+        return int(env)
+    return max(int(psutil.virtual_memory().total * 0.8), 8 << 30)
 
 
 class SandboxError(RuntimeError):
@@ -48,6 +69,7 @@ class Outcome:
     timed_out: bool
     wall_s: float
     killed_stragglers: int = 0
+    limit: str | None = None           # set when the phase was ended for breaking a sandbox limit
 
 
 def bwrap_available() -> bool:
@@ -113,6 +135,8 @@ class Sandbox:
     network: bool = False
     env: dict[str, str] = field(default_factory=dict)
     gpu: bool = False
+    max_memory_bytes: int | None = None    # RLIMIT_AS of every process of the phase; None: no limit
+    max_procs: int | None = MAX_PROCS      # the phase is ended when its tree holds more processes
 
     def host(self, inside: str) -> Path:
         """The host path behind an inside path (for the `none` backend and for the harness)."""
@@ -145,7 +169,9 @@ class Sandbox:
             return command
         # The environment is passed to bwrap itself (never on its command line, where secrets
         # such as API keys would show in the process list); bwrap hands it to the command.
-        a = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+        # --cap-drop ALL: when the harness runs as root, bwrap otherwise leaves the command every
+        # capability in its namespace, enough to remount the read-only binds read-write.
+        a = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         if self.network:
             a.append("--share-net")
         for sysdir in ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"):
@@ -185,17 +211,27 @@ class Sandbox:
         before = {c.pid for c in me.children(recursive=True)}
         t0 = time.monotonic()
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = self.argv(command, cwd_inside)
+        if self.max_memory_bytes:
+            argv = [sys.executable, "-I", "-S", "-c", _LIMITER, str(int(self.max_memory_bytes)), *argv]
+        limit = None
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(self.argv(command, cwd_inside), cwd=cwd, env=env,
+            proc = subprocess.Popen(argv, cwd=cwd, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             reader = threading.Thread(target=_pump, args=(proc.stdout, log, on_line), daemon=True)
             reader.start()
             timed_out = False
             deadline = t0 + timeout_s
+            next_check = t0
             while proc.poll() is None and time.monotonic() < deadline and not (stop and stop.is_set()):
                 time.sleep(0.05)
-            if proc.poll() is None:
+                if self.max_procs and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + PROC_CHECK_S
+                    if _tree_size(proc.pid) > self.max_procs:
+                        limit = f"more than {self.max_procs} processes at once"
+                        break
+            if proc.poll() is None and limit is None:
                 timed_out = True
                 _signal_tree(proc.pid, signal.SIGTERM)
                 try:
@@ -210,7 +246,14 @@ class Sandbox:
                 pass
             reader.join(timeout=5)
         return Outcome(returncode=None if timed_out else proc.returncode, timed_out=timed_out,
-                       wall_s=wall, killed_stragglers=stragglers)
+                       wall_s=wall, killed_stragglers=stragglers, limit=limit)
+
+
+def _tree_size(pid: int) -> int:
+    try:
+        return 1 + len(psutil.Process(pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        return 0
 
 
 def _pump(stream, log, on_line) -> None:

@@ -7,10 +7,12 @@ reason; rejected files are listed and never applied.
 from __future__ import annotations
 
 import ast
+import errno
 import hashlib
 import io
 import os
 import re
+import stat
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,10 +236,8 @@ def _finish(task: Task, pristine: Path, changes: dict, rejected: dict) -> Submis
     return Submission(files=files, rejected=rejected, patch=patch, lines_added=added, lines_removed=removed)
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    if a.stat().st_size != b.stat().st_size:
-        return False
-    with open(a, "rb") as fa, open(b, "rb") as fb:
+def _same_stream(fa, b: Path) -> bool:
+    with open(b, "rb") as fb:
         while True:
             ca, cb = fa.read(1 << 20), fb.read(1 << 20)
             if ca != cb:
@@ -246,40 +246,69 @@ def _same_file(a: Path, b: Path) -> bool:
                 return True
 
 
+def _read_regular(name: str, dir_fd: int, limit: int, pristine: Path) -> tuple[str | None, bytes | None, int]:
+    """(problem, data, size) of one directory entry, opened without following any symlink.
+
+    The agent runs while the proxy snapshots its workspace, so an entry checked as a regular
+    file may be a symlink (to a path of the harness's host) a moment later: every check is
+    made on the opened descriptor, never on the path.
+    """
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError as e:
+        return ("symlink" if e.errno == errno.ELOOP else "not a regular file"), None, 0
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file", None, 0
+        if pristine.is_file() and pristine.stat().st_size == st.st_size and _same_stream(f, pristine):
+            return "unchanged", None, st.st_size
+        f.seek(0)
+        if st.st_size > limit:
+            return "too large", None, st.st_size
+        data = f.read(limit + 1)
+    return ("too large" if len(data) > limit else None), data, len(data)
+
+
 def from_workspace(task: Task, pristine: Path, workspace: Path) -> Submission:
-    """Diff the workspace against the pristine copy; nothing in the workspace is executed."""
+    """Diff the workspace against the pristine copy; nothing in the workspace is executed.
+
+    The walk goes by directory descriptors (os.fwalk) and never follows a symlink, even one
+    swapped in while it runs.
+    """
     changes, rejected = {}, {}
     seen = set()
-    for dirpath, dirnames, filenames in os.walk(workspace, followlinks=False):
+    limit = 4 * MAX_PATCH_BYTES
+    for dirpath, dirnames, filenames, dir_fd in os.fwalk(workspace, follow_symlinks=False):
         dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
         for d in list(dirnames):
-            if os.path.islink(os.path.join(dirpath, d)):
-                rel = os.path.relpath(os.path.join(dirpath, d), workspace)
-                rejected[rel] = "symlink"
+            try:
+                is_link = stat.S_ISLNK(os.stat(d, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+            except OSError:
+                is_link = True
+            if is_link:
+                rejected[os.path.relpath(os.path.join(dirpath, d), workspace)] = "symlink"
                 dirnames.remove(d)
         for f in filenames:
-            full = os.path.join(dirpath, f)
-            rel = os.path.relpath(full, workspace)
+            rel = os.path.relpath(os.path.join(dirpath, f), workspace)
             seen.add(rel)
-            if f.endswith((".pyc", ".pyo")):
-                continue
-            if os.path.islink(full):
-                if task.is_editable(rel) or rel in task.protected or (pristine / rel).exists():
-                    rejected[rel] = "symlink"
-                continue
-            if not os.path.isfile(full):
-                rejected[rel] = "not a regular file"
+            if f.endswith((".pyc", ".pyo")) or rel in HARNESS_FILES:
                 continue
             old = pristine / rel
-            if old.is_file() and _same_file(Path(full), old):
+            relevant = task.is_editable(rel) or rel in task.protected or old.exists()
+            problem, data, size = _read_regular(f, dir_fd, limit, old)
+            if problem == "unchanged":
                 continue
-            size = os.path.getsize(full)
-            if size > 4 * MAX_PATCH_BYTES:
+            if problem == "symlink":
+                if relevant:
+                    rejected[rel] = "symlink"
+                continue
+            if problem == "not a regular file":
+                rejected[rel] = problem
+                continue
+            if problem == "too large":
                 if task.is_editable(rel) or old.exists():
                     rejected[rel] = f"file of {size} bytes (patch limit {MAX_PATCH_BYTES})"
-                continue
-            data = Path(full).read_bytes()
-            if rel in HARNESS_FILES:
                 continue
             changes[rel] = data
     for p in pristine.rglob("*"):

@@ -112,3 +112,28 @@ def test_dry_run_prints_the_plan_and_exits(compose_cfg, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "anchors" in out and "train cap" in out and "window" in out
     assert not (tmp_path / "dry").exists()
+
+
+def test_harness_error_is_retried_and_resumes_at_grading(compose_cfg, tmp_path, monkeypatch):
+    """An `error` (the harness's fault) is not scored; the rerun grades the same submission, no new agent phase."""
+    import ai4ai.grade as grade_mod
+    real = grade_mod.run_worker
+
+    def broken(*a, **k):
+        raise RuntimeError("evaluation worker lost")
+    monkeypatch.setattr(grade_mod, "run_worker", broken)
+    cfg = compose_cfg("config", CI + ["agent=patch", f"agent.patch={example('warmup_cosine.patch')}"])
+    first = tmp_path / "first"
+    pipeline.run(cfg, first)
+    r = _result(first)
+    assert r["status"] == "error" and r["score"] is None and "evaluation worker lost" in r["reason"]
+    monkeypatch.setattr(grade_mod, "run_worker", real)
+    second = tmp_path / "second"
+    pipeline.run(cfg, second)
+    assert not second.exists()                       # resumed in the first run dir
+    r = _result(first)
+    assert r["status"] == "graded" and r["submission"]["files"] == ["optim.py"]
+    with connect(Path(cfg.results_db)) as con:
+        statuses = [s for (s,) in con.execute("SELECT status FROM results ORDER BY id")]
+    assert statuses == ["error", "graded"]
+    assert pipeline.run(cfg, tmp_path / "third") is None   # now done: skipped
