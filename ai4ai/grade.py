@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import stat
 import traceback
 from contextlib import contextmanager
@@ -68,7 +69,10 @@ def device_lock(device: str):
     """One grading (or proxy run) per device at a time, across processes."""
     lock_dir = PROJECT_ROOT / "outputs" / ".locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{device.replace(':', '_')}.lock", "w") as f:
+    # one lock per physical device: host + device + visible GPUs (outputs/ may be on a shared filesystem)
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device.startswith("cuda") else ""
+    name = f"{socket.gethostname()}_{device}_{gpu}".replace(":", "_").replace(",", "-").replace("/", "_")
+    with open(lock_dir / f"{name}.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
 

@@ -281,10 +281,13 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
             raise UsageError(str(e))
     if agent_cfg["kind"] == "patch":
         from .agents.patch import resolve
+        from .submission import PatchFormatError, parse_patch
         try:
-            resolve(agent_cfg["patch"])
+            parse_patch(resolve(agent_cfg["patch"]).read_text())
         except FileNotFoundError as e:
             raise UsageError(str(e))
+        except (PatchFormatError, UnicodeDecodeError) as e:   # before any work, not mid agent phase
+            raise UsageError(f"agent.patch={agent_cfg['patch']}: not a unified diff ({e})")
     started_at = record.now()
     run_dir.mkdir(parents=True, exist_ok=True)
     say(f"run {ctx.task.name} with agent {agent_label(agent_cfg)} at scale {ctx.scale} -> {run_dir}")
@@ -377,6 +380,8 @@ def grade(cfg: DictConfig, run_dir: Path) -> dict | None:
             text = resolve(str(cfg.patch)).read_text()
         except FileNotFoundError as e:
             raise UsageError(str(e).replace("agent.patch", "patch"))
+        except UnicodeDecodeError as e:
+            raise UsageError(f"patch={cfg.patch}: not a unified diff (not UTF-8 text: {e})")
     run_dir.mkdir(parents=True, exist_ok=True)
     pristine = pristine_copy(ctx.task, run_dir / ".harness" / "pristine")
     from .submission import PatchFormatError

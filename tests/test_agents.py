@@ -48,7 +48,7 @@ def test_claude_end_to_end_with_proxy_and_marked_submission(compose_cfg, tmp_pat
     pipeline.run(cfg, run_dir)
     r = json.loads((run_dir / "result.json").read_text())
     assert r["status"] == "graded"
-    assert r["cost"] == {"usd": 0.42, "input_tokens": 7000, "output_tokens": 800}
+    assert r["cost"] == {"usd": 0.42, "input_tokens": 6000, "output_tokens": 800}   # 5000 + 1000 cache reads
     assert r["trajectory"]["proxy_calls"] == 1 and r["trajectory"]["first_valid_proxy"]["proxy_score"] is not None
     patch = (run_dir / "submission.patch").read_text()
     assert "LR = 4e-3" in patch and "AFTER_MARK" not in patch          # the marked snapshot, not the final files

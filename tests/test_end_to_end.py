@@ -12,6 +12,19 @@ from .conftest import example
 CI = ["task=optimizer", "scale=ci"]
 
 
+def _patch_lr_at(tmp_path: Path, name: str, body: str) -> Path:
+    """A patch that puts `body` at the top of optim.lr_at (built with the harness's own differ)."""
+    from ai4ai import PROJECT_ROOT
+    from ai4ai.submission import unified_diff
+    old = (PROJECT_ROOT / "repos_frozen" / "optimizer" / "optim.py").read_text()
+    anchor = '    """Learning rate for optimizer step `step` (0-based) of `total_steps`."""\n'
+    assert anchor in old
+    new = old.replace(anchor, anchor + body)
+    p = tmp_path / name
+    p.write_text(unified_diff("optim.py", old, new))
+    return p
+
+
 def _result(run_dir: Path) -> dict:
     result = json.loads((run_dir / "result.json").read_text())
     validate(result)
@@ -63,10 +76,7 @@ def test_command_agent_edits_in_the_sandbox_and_protected_edits_are_dropped(comp
 
 
 def test_crash_in_training_is_invalid_with_its_reason(compose_cfg, tmp_path):
-    patch = tmp_path / "crash.patch"
-    patch.write_text("--- a/optim.py\n+++ b/optim.py\n@@ -19,2 +19,3 @@\n def lr_at(step: int, total_steps: int) -> float:\n"
-                     "     \"\"\"Learning rate for optimizer step `step` (0-based) of `total_steps`.\"\"\"\n"
-                     "+    raise RuntimeError('deliberate crash')\n")
+    patch = _patch_lr_at(tmp_path, "crash.patch", "    raise RuntimeError('deliberate crash')\n")
     cfg = compose_cfg("grade", CI + [f"patch={patch}"])
     run_dir = tmp_path / "grade_crash"
     pipeline.grade(cfg, run_dir)
@@ -80,16 +90,14 @@ def test_crash_in_training_is_invalid_with_its_reason(compose_cfg, tmp_path):
 
 def test_training_cannot_touch_the_repo_or_plant_code(compose_cfg, tmp_path):
     """Training that writes into its repo copy or the kernels fails there; the checkpoint still counts."""
-    patch = tmp_path / "plant.patch"
-    patch.write_text("--- a/optim.py\n+++ b/optim.py\n@@ -19,2 +19,9 @@\n def lr_at(step: int, total_steps: int) -> float:\n"
-                     "     \"\"\"Learning rate for optimizer step `step` (0-based) of `total_steps`.\"\"\"\n"
-                     "+    if step == 0:\n"
-                     "+        for p in ('model.py', '/opt/ai4ai/ai4ai_kernels/x.py', 'sitecustomize.py'):\n"
-                     "+            try:\n"
-                     "+                open(p, 'a').write('PLANTED = 1')\n"
-                     "+                print('WROTE', p)\n"
-                     "+            except OSError as e:\n"
-                     "+                print('DENIED', p, type(e).__name__)\n")
+    patch = _patch_lr_at(tmp_path, "plant.patch", (
+        "    if step == 0:\n"
+        "        for p in ('model.py', '/opt/ai4ai/ai4ai_kernels/x.py', 'sitecustomize.py'):\n"
+        "            try:\n"
+        "                open(p, 'a').write('PLANTED = 1')\n"
+        "                print('WROTE', p)\n"
+        "            except OSError as e:\n"
+        "                print('DENIED', p, type(e).__name__)\n"))
     cfg = compose_cfg("grade", CI + [f"patch={patch}", "sandbox=bwrap"]) if _bwrap() else None
     if cfg is None:
         pytest.skip("bubblewrap unavailable")

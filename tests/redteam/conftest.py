@@ -1,0 +1,107 @@
+"""Shared pieces of the red-team suite: the integrity guard, real sandboxes, crafted patches.
+
+Every probe runs under `frozen_unchanged`: repos_frozen/, grader_hidden/ (minus the anchor
+records that calibration may append) and kernels/ hash the same after the probe as before.
+"""
+import shutil
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ai4ai import PROJECT_ROOT
+from ai4ai.provenance import UNVERSIONED, tree_sha256
+from ai4ai.sandbox import KERNELS_DIR, Mount, Sandbox, bwrap_available
+from ai4ai.submission import unified_diff
+
+FROZEN = ("repos_frozen", "grader_hidden", "kernels")
+CI = ["task=optimizer", "scale=ci"]
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed or cannot run here")
+
+
+def frozen_hashes() -> dict:
+    return {name: tree_sha256(PROJECT_ROOT / name, UNVERSIONED) for name in FROZEN}
+
+
+@pytest.fixture(autouse=True)
+def frozen_unchanged():
+    """Nothing outside the probe's own run may change: the hashed trees of the benchmark."""
+    before = frozen_hashes()
+    top = {p.name for p in PROJECT_ROOT.iterdir()}
+    yield
+    assert frozen_hashes() == before, "a probe changed repos_frozen/, grader_hidden/ or kernels/"
+    planted = {p.name for p in PROJECT_ROOT.iterdir()} - top
+    assert not {n for n in planted if "pwn" in n.lower() or "planted" in n.lower()}, planted
+
+
+@pytest.fixture
+def task():
+    from ai4ai.task import load_task
+    return load_task("optimizer")
+
+
+@pytest.fixture
+def pristine(tmp_path, task):
+    from ai4ai.workspace import pristine_copy
+    return pristine_copy(task, tmp_path / "pristine")
+
+
+def agent_sandbox(tmp_path: Path, backend: str = "bwrap") -> tuple[Sandbox, Path]:
+    """The agent phase's sandbox, with the mounts pipeline.run gives it."""
+    ws, home, binx, sock = (tmp_path / n for n in ("workspace", "agent_home", "bin", "sock"))
+    for d in (ws, home / "tmp", binx, sock):
+        d.mkdir(parents=True, exist_ok=True)
+    sb = Sandbox(backend=backend, mounts=[Mount("/workspace", ws, True), Mount("/home/agent", home, True),
+                                          Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False),
+                                          Mount("/opt/ai4ai/bin", binx, False), Mount("/run/ai4ai", sock, True)])
+    sb.env = sb.base_env("/home/agent")
+    return sb, ws
+
+
+def grade_setup(tmp_path: Path, task, cap_s: float = 120.0):
+    from ai4ai.grade import GradeSetup
+    return GradeSetup(task=task, scale="ci", device="cpu", threads=2, backend="bwrap", cap_s=cap_s,
+                      run_dir=tmp_path, progress=False)
+
+
+def training_sandbox(tmp_path: Path, task, sub=None):
+    """The grader's training sandbox for a (possibly empty) submission: repo copy, /out, private home."""
+    from ai4ai.grade import build_training_copy, training_sandbox as make
+    from ai4ai.submission import Submission
+    sub = sub or Submission(files={}, rejected={}, patch="", lines_added=0, lines_removed=0)
+    repo = build_training_copy(task, sub, tmp_path / "train_repo")
+    seed_dir = tmp_path / "seed_0"
+    return make(grade_setup(tmp_path, task), repo, seed_dir, [], {}), repo, seed_dir
+
+
+def run_py(sb: Sandbox, tmp_path: Path, script: str, cwd: str, timeout: float = 60, grace_s: float = 1.0):
+    log = tmp_path / f"log_{uuid.uuid4().hex}.txt"
+    out = sb.run([sys.executable, "-c", script], cwd, timeout, log, grace_s=grace_s)
+    return out, log.read_text(errors="replace")
+
+
+def train_py_patch(task, insert_after: str, code: str, at_end: str = "") -> str:
+    """A unified diff of train.py: `code` inserted after the line starting with `insert_after`,
+    `at_end` appended after the training loop."""
+    old = (task.repo / "train.py").read_text()
+    lines = old.splitlines(keepends=True)
+    i = next(n for n, ln in enumerate(lines) if ln.startswith(insert_after))
+    new = "".join(lines[:i + 1]) + code + "".join(lines[i + 1:]) + at_end
+    return unified_diff("train.py", old, new)
+
+
+def write_patch(tmp_path: Path, text: str, name: str = "probe.patch") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def baseline_score(result: dict) -> tuple[float, float]:
+    """(0.1, the tolerance a shipped-algorithm result is held to at ci: one seed, noise of phi)."""
+    return 0.1, 0.06
+
+
+def copy_tree(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
