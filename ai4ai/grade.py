@@ -27,7 +27,7 @@ from .evaluation import CKPT_RE, EvalSpec, run_worker
 from .hidden import load_grader
 from .provenance import python_executable
 from .sandbox import KERNELS_DIR, Mount, Sandbox, default_memory_limit
-from .scoring import Anchors, phi, sigma
+from .scoring import Anchors, bootstrap_interval, phi, pooled_sigma, sigma
 from .submission import Submission, apply
 from .task import Task
 from .workspace import copy_repo, make_read_only, make_writable, pristine_copy
@@ -288,6 +288,14 @@ class Scored:
     raw_mean: float | None
     raw_std: float | None
     score: float | None
+    phi_per_seed: list = field(default_factory=list)
+
+    def interval(self, anchors: Anchors, task: Task) -> list | None:
+        if not self.phi_per_seed:
+            return None
+        m = task.metric
+        return list(bootstrap_interval(self.phi_per_seed,
+                                       statistic=lambda ps: pooled_sigma(ps, anchors, m.direction, m.transform)))
 
 
 def score_seeds(task: Task, results: list[SeedResult], anchors: Anchors) -> Scored:
@@ -296,15 +304,16 @@ def score_seeds(task: Task, results: list[SeedResult], anchors: Anchors) -> Scor
     if "error" in statuses:
         errs = "; ".join(f"seed {r.seed}: {r.reason}" for r in results if r.status == "error")
         return Scored("error", errs, raws, [], None, None, None)
-    scores = [sigma(r.raw, anchors, task.metric.direction, task.metric.transform) if r.status == "graded" else 0.0
-              for r in results]
+    m = task.metric
+    scores = [sigma(r.raw, anchors, m.direction, m.transform) if r.status == "graded" else 0.0 for r in results]
+    phis = [phi(r.raw, m.direction, m.transform) if r.status == "graded" else None for r in results]
     valid = [r.raw for r in results if r.status == "graded"]
     invalid = [f"seed {r.seed}: {r.reason}" for r in results if r.status == "invalid"]
     status = "graded" if valid else "invalid"
     mean = _phi_mean_raw(task, valid) if valid else None
-    std = float(_std([phi(v, task.metric.direction, task.metric.transform) for v in valid])) if valid else None
+    std = float(_std([p for p in phis if p is not None])) if valid else None
     return Scored(status, "; ".join(invalid) or None, raws, scores, mean, std,
-                  float(sum(scores) / len(scores)))
+                  pooled_sigma(phis, anchors, m.direction, m.transform), phis)
 
 
 def _std(xs: list[float]) -> float:

@@ -25,7 +25,6 @@ from .grade import GradeSetup, Scored, cap_seconds, grade_seeds, score_seeds, wr
 from .instructions import render
 from .provenance import benchmark_version, default_device, device_class, torch_minor, versions
 from .sandbox import KERNELS_DIR, Mount, Sandbox, resolve_backend
-from .scoring import bootstrap_interval
 from .submission import Submission, from_patch, from_workspace
 from .task import Task, TaskError, load_task, parse_task
 from .workspace import agent_workspace, pristine_copy
@@ -197,7 +196,7 @@ def build_result(ctx: Context, agent_name, agent_cfg, seeds, seed, scored: Score
                     "provenance": {"key": rec.key.as_dict(), "match": rec.match, "phi_std": rec.phi_std,
                                    **rec.raw.get("provenance", {})}},
         "score": scored.score, "score_per_seed": scored.score_per_seed,
-        "score_interval": list(bootstrap_interval(scored.score_per_seed)) if scored.score_per_seed else None,
+        "score_interval": scored.interval(rec.anchors, ctx.task),
         "checkpoints": {"per_seed": [{"seed": r.seed, "status": r.status, "reason": r.reason,
                                       "candidates": r.candidates, "chosen": r.chosen,
                                       "selection_metric": next((c["selection_metric"] for c in r.candidates

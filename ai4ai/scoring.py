@@ -40,12 +40,33 @@ def sigma(raw: float, anchors: Anchors, direction: str, transform: str) -> float
     return float(min(1.0, max(0.0, s)))
 
 
-def bootstrap_interval(values: list[float], level: float = 0.95, n: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean; a single value gives a zero-width interval."""
-    v = np.asarray(values, dtype=float)
-    if len(v) < 2:
-        return (float(v.mean()), float(v.mean())) if len(v) else (math.nan, math.nan)
+def pooled_sigma(phis: list[float | None], anchors: Anchors, direction: str, transform: str) -> float:
+    """The run's score: sigma of the seeds' mean phi, times the share of valid seeds (None = invalid).
+
+    Averaging per-seed sigmas instead would be biased upward at the shipped algorithm: sigma has a
+    kink at 0.1 (slope 0.1/(phib-phi0) below, 0.9/(phi1-phib) above), so seed noise around phib
+    lands more above 0.1 than below. Pooling phi first keeps the shipped algorithm at 0.1 up to
+    the noise of a mean. An invalid seed still counts as 0.
+    """
+    valid = [p for p in phis if p is not None and math.isfinite(p)]
+    if not valid:
+        return 0.0
+    p0, pb, p1 = (phi(a, direction, transform) for a in (anchors.no_info, anchors.baseline, anchors.best))
+    p = sum(valid) / len(valid)
+    s = 0.1 * (p - p0) / (pb - p0) if p <= pb else 0.1 + 0.9 * (p - pb) / (p1 - pb)
+    return float(min(1.0, max(0.0, s))) * len(valid) / len(phis)
+
+
+def bootstrap_interval(values: list, level: float = 0.95, n: int = 2000, seed: int = 0,
+                       statistic=None) -> tuple[float, float]:
+    """Percentile bootstrap interval of `statistic` (default the mean) over resampled seeds."""
+    if len(values) == 0:
+        return (math.nan, math.nan)
+    stat = statistic or (lambda xs: float(np.mean(xs)))
+    if len(values) < 2:
+        v = stat(list(values))
+        return (v, v)
     rng = np.random.default_rng(seed)
-    means = v[rng.integers(0, len(v), size=(n, len(v)))].mean(1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    draws = [stat([values[i] for i in rng.integers(0, len(values), size=len(values))]) for _ in range(n)]
+    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)

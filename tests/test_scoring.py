@@ -65,3 +65,18 @@ def test_bootstrap_interval_brackets_the_mean():
     lo, hi = bootstrap_interval([0.1, 0.2, 0.3, 0.25])
     assert lo <= 0.2125 <= hi and lo < hi
     assert bootstrap_interval([0.4]) == (0.4, 0.4)
+
+
+def test_pooled_score_is_unbiased_at_the_shipped_algorithm():
+    """Seeds spread evenly around the shipped phi: per-seed sigmas average above 0.1 (the kink), the pooled score does not."""
+    from ai4ai.scoring import pooled_sigma
+    a = Anchors(no_info=32.0, baseline=8.0, best=6.0)
+    raws = [8.0 * math.exp(d) for d in (-0.02, 0.02, -0.01, 0.01)]
+    per_seed = [sigma(r, a, "min", "neg_log") for r in raws]
+    assert sum(per_seed) / len(per_seed) > 0.12
+    phis = [phi(r, "min", "neg_log") for r in raws]
+    assert pooled_sigma(phis, a, "min", "neg_log") == pytest.approx(0.1)
+    assert pooled_sigma(phis + [None], a, "min", "neg_log") == pytest.approx(0.1 * 4 / 5)   # an invalid seed counts 0
+    assert pooled_sigma([None], a, "min", "neg_log") == 0.0
+    lo, hi = bootstrap_interval(phis, statistic=lambda ps: pooled_sigma(ps, a, "min", "neg_log"))
+    assert lo <= 0.1 <= hi
