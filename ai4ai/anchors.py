@@ -1,6 +1,9 @@
 """Anchors and their calibration records: grader_hidden/<task>/anchors.yaml.
 
-A record is keyed by (task, scale, benchmark version, device class, torch minor version).
+A record is keyed by (task, scale, task version, device class, torch minor version). DESIGN.md
+keys anchors by the global benchmark version; the task version (provenance.task_version) is
+that hash restricted to what this task depends on, so adding an eleventh task does not void
+the anchors of the other ten.
 At the metered scales (ci, smoke) the budget is counted in data served, not seconds, so a
 record from another CPU with the same thread count is accepted when no exact one exists;
 the result says so (`provenance.match: metered-cpu`). At `full` only an exact match counts.
@@ -22,7 +25,7 @@ METERED_SCALES = ("ci", "smoke")
 class Key:
     task: str
     scale: str
-    benchmark_version: str
+    task_version: str
     device_class: str
     torch: str
 
@@ -59,7 +62,7 @@ def find(grader_dir: Path, key: Key) -> Record | None:
     exact, loose = None, None
     for r in _records(anchors_path(grader_dir)):
         k = r["key"]
-        if (k["task"], k["scale"], k["benchmark_version"], k["torch"]) != (key.task, key.scale, key.benchmark_version, key.torch):
+        if (k["task"], k["scale"], k["task_version"], k["torch"]) != (key.task, key.scale, key.task_version, key.torch):
             continue
         if k["device_class"] == key.device_class:
             exact = r
@@ -84,9 +87,9 @@ def store(grader_dir: Path, record: dict) -> Path:
         fcntl.flock(lf, fcntl.LOCK_EX)
         recs = [r for r in _records(path) if r["key"] != record["key"]]
         recs.append(record)
-        recs.sort(key=lambda r: (r["key"]["scale"], r["key"]["device_class"], r["key"]["benchmark_version"]))
+        recs.sort(key=lambda r: (r["key"]["scale"], r["key"]["device_class"], r["key"]["task_version"]))
         tmp = path.with_suffix(".tmp")
-        tmp.write_text("# Written by `python -m ai4ai.calibrate`; one record per (task, scale, benchmark version,\n"
+        tmp.write_text("# Written by `python -m ai4ai.calibrate`; one record per (task, scale, task version,\n"
                        "# device class, torch minor). Recompute any of them and compare.\n"
                        + yaml.safe_dump({"records": recs}, sort_keys=False, width=120))
         tmp.replace(path)

@@ -75,12 +75,13 @@ def calibrate_ctx(ctx, workdir: Path, seeds: list[int] | None = None, progress: 
         "train_wall_s": {"per_seed": walls, "mean": statistics.mean(walls), "max": max(walls)},
         "provenance": {"calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
                        "sandbox": ctx.backend, "calibration_s": round(time.monotonic() - t0, 1),
+                       "benchmark_version_at_calibration": ctx.version,
                        "command": f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale}",
                        **versions()},
     }
     path = anchor_store.store(task.grader, record)
     slug = ctx.key.device_class.replace(":", "_").replace(" ", "_").replace("/", "_")
-    detail = task.grader / "calibration" / f"{ctx.scale}__{slug}__{ctx.version}.json"
+    detail = task.grader / "calibration" / f"{ctx.scale}__{slug}__{ctx.key.task_version}.json"
     detail.parent.mkdir(exist_ok=True)
     write_json(detail, {**record, "per_seed": [r.as_dict() for r in results]})
     a = record["anchors"]

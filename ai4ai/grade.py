@@ -257,6 +257,7 @@ def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: P
             try:
                 r = train_and_evaluate(setup, train_repo, pristine, seed, seed_dir, mounts, env)
             except Exception as e:  # the harness's fault: recorded as error, never scored
+                seed_dir.mkdir(parents=True, exist_ok=True)   # the fault may come before the phase made it
                 (seed_dir / "harness_error.txt").write_text(traceback.format_exc())
                 r = SeedResult(seed=seed, status="error", reason=f"harness error: {type(e).__name__}: {e}",
                                raw=None, train_s=0.0, timed_out=False)

@@ -6,7 +6,7 @@ import yaml
 from . import PROJECT_ROOT
 from . import anchors as anchor_store
 from .agents import kinds
-from .provenance import benchmark_version
+from .provenance import benchmark_version, task_version
 from .task import TaskError, list_tasks, load_task
 
 
@@ -29,9 +29,9 @@ def main() -> None:
         recs = (yaml.safe_load(anchor_store.anchors_path(t.grader).read_text()) or {}).get("records", []) \
             if anchor_store.anchors_path(t.grader).exists() else []
         cal = sorted({f"{r['key']['scale']}@{r['key']['device_class']}" for r in recs
-                      if r["key"]["benchmark_version"] == version})
+                      if r["key"].get("task_version") == task_version(t)})
         print(f"  {name:16s} {t.family:16s} metric {t.metric.name} ({t.metric.direction})  "
-              f"scales {', '.join(t.scales)}  anchors: {', '.join(cal) or 'none for this version'}")
+              f"scales {', '.join(t.scales)}  anchors: {', '.join(cal) or 'none for this task version'}")
     print("\nAGENTS (agent=NAME; kinds: " + ", ".join(kinds()) + ")")
     for p in sorted((PROJECT_ROOT / "conf" / "agent").glob("*.yaml")):
         print(f"  {p.stem:16s} {_comment(p)}")

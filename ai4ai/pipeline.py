@@ -23,7 +23,7 @@ from .console import say
 from .proxy import ProxyServer, choose_submission, client_bin, trajectory_summary, write_submission_record
 from .grade import GradeSetup, Scored, cap_seconds, grade_seeds, score_seeds, write_json
 from .instructions import render
-from .provenance import benchmark_version, default_device, device_class, torch_minor, versions
+from .provenance import benchmark_version, default_device, device_class, task_version, torch_minor, versions
 from .sandbox import KERNELS_DIR, Mount, Sandbox, resolve_backend
 from .submission import Submission, from_patch, from_workspace
 from .task import Task, TaskError, load_task, parse_task
@@ -91,7 +91,7 @@ def context(cfg: DictConfig, run_dir: Path, paid: bool = False) -> Context:
     except Exception as e:
         raise UsageError(str(e))
     version = benchmark_version()
-    key = anchor_store.Key(task=task.name, scale=scale, benchmark_version=version,
+    key = anchor_store.Key(task=task.name, scale=scale, task_version=task_version(task),
                            device_class=device_class(device, threads), torch=torch_minor())
     return Context(task, overridden, scale, device, threads, backend, version, key, run_dir)
 
@@ -126,7 +126,7 @@ def ensure_anchors(ctx: Context, cfg: DictConfig) -> anchor_store.Record:
     rec = anchor_store.find(ctx.task.grader, ctx.key)
     if rec is not None:
         return rec
-    say(f"no anchors for {ctx.key.task}/{ctx.key.scale} on {ctx.key.device_class} (version {ctx.version}); "
+    say(f"no anchors for {ctx.key.task}/{ctx.key.scale} on {ctx.key.device_class} (task version {ctx.key.task_version}); "
         f"calibrating first, {_estimate_text(ctx)}")
     from .calibrate import calibrate_ctx
     calibrate_ctx(ctx, ctx.run_dir / "calibration", seeds=None, progress=bool(cfg.progress))
@@ -141,7 +141,7 @@ def describe_plan(ctx: Context, cfg: DictConfig, window_s: float | None) -> None
     rec = anchor_store.find(ctx.task.grader, ctx.key)
     print(f"task        {ctx.task.name} ({ctx.task.family}){'  [task config overridden]' if ctx.task_overridden else ''}")
     print(f"scale       {ctx.scale}   device {ctx.key.device_class}   sandbox {ctx.backend}")
-    print(f"version     {ctx.version}   torch {ctx.key.torch}")
+    print(f"version     benchmark {ctx.version}   task {ctx.key.task_version}   torch {ctx.key.torch}")
     if window_s is not None:
         print(f"window      {window_s:.0f} s (agent, wall clock)")
     print(f"seeds       grader {list(b.grader_seeds)}   calibration {list(b.calibration_seeds)}")

@@ -34,6 +34,18 @@ def benchmark_version() -> str:
     return h.hexdigest()[:16]
 
 
+def task_version(task) -> str:
+    """Hash of what one task's numbers depend on: its repo, its hidden grader (minus anchors), its
+    config and the shared kernels. Anchors are keyed by it, so adding or editing another task
+    does not invalidate this task's anchors (the global benchmark version still stamps results)."""
+    h = hashlib.sha256()
+    h.update(b"repo" + tree_sha256(task.repo).encode())
+    h.update(b"grader" + tree_sha256(task.grader, UNVERSIONED).encode())
+    h.update(b"config" + hashlib.sha256((PROJECT_ROOT / "conf" / "task" / f"{task.name}.yaml").read_bytes()).digest())
+    h.update(b"kernels" + tree_sha256(PROJECT_ROOT / "kernels", UNVERSIONED).encode())
+    return h.hexdigest()[:16]
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -257,10 +257,11 @@ def _read_regular(name: str, dir_fd: int, limit: int, pristine: Path) -> tuple[s
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError as e:
         return ("symlink" if e.errno == errno.ELOOP else "not a regular file"), None, 0
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):      # a folder or FIFO (perhaps swapped in after the listing)
+        os.close(fd)
+        return "not a regular file", None, 0
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return "not a regular file", None, 0
         if pristine.is_file() and pristine.stat().st_size == st.st_size and _same_stream(f, pristine):
             return "unchanged", None, st.st_size
         f.seek(0)

@@ -74,3 +74,22 @@ def test_benchmark_version_ignores_anchor_records_but_not_the_grader(tmp_path, m
     assert prov.benchmark_version() == base
     (fake_root / "grader_hidden" / "optimizer" / "grader.py").write_text("# changed\n")
     assert prov.benchmark_version() != base
+
+
+def test_task_version_ignores_other_tasks(tmp_path, monkeypatch):
+    """Anchors are keyed by the task version: adding another task leaves it unchanged."""
+    import shutil
+    from dataclasses import replace
+    import ai4ai.provenance as prov
+    fake_root = tmp_path / "root"
+    for d in ("repos_frozen", "grader_hidden", "conf/task", "kernels"):
+        shutil.copytree(PROJECT_ROOT / d, fake_root / d, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(prov, "PROJECT_ROOT", fake_root)
+    t = load_task("optimizer")
+    t = replace(t, repo=fake_root / "repos_frozen" / "optimizer", grader=fake_root / "grader_hidden" / "optimizer")
+    tv, bv = prov.task_version(t), prov.benchmark_version()
+    (fake_root / "repos_frozen" / "eleventh").mkdir()
+    (fake_root / "repos_frozen" / "eleventh" / "train.py").write_text("print(1)\n")
+    assert prov.benchmark_version() != bv and prov.task_version(t) == tv
+    (t.repo / "optim.py").write_text("# changed\n")
+    assert prov.task_version(t) != tv

@@ -4,7 +4,6 @@ import json
 import os
 import pickle
 import sys
-from pathlib import Path
 
 import torch
 from safetensors.torch import save_file

@@ -5,7 +5,7 @@ import time
 import psutil
 
 from ai4ai.grade import build_training_copy, run_training
-from ai4ai.sandbox import Sandbox, default_memory_limit
+from ai4ai.sandbox import default_memory_limit
 from ai4ai.submission import from_patch
 
 from .conftest import grade_setup, needs_bwrap, run_py, train_py_patch, training_sandbox

@@ -3,6 +3,8 @@ reach of the project, the hidden grader, other runs and the records, and what it
 import json
 import sqlite3
 
+import pytest
+
 from ai4ai import PROJECT_ROOT
 from ai4ai.sandbox import KERNELS_DIR
 
@@ -152,3 +154,21 @@ def test_agent_cannot_write_records_or_remount(tmp_path):
     with sqlite3.connect(db) as con:
         assert con.execute("SELECT COUNT(*) FROM results").fetchone() == (0,)
     assert json.dumps(log)   # the log itself is plain text
+
+
+@pytest.mark.gpu
+@needs_bwrap
+def test_gpu_training_sees_only_gpu_nodes_and_private_caches(tmp_path, task):
+    """Route 3 on a GPU: the training sandbox binds the NVIDIA device nodes and nothing else of /dev, and
+    the CUDA/Triton/inductor caches are private to the phase. Gains nothing: no host cache is shared, so no
+    compiled kernel planted there reaches another phase."""
+    from ai4ai.grade import GradeSetup, build_training_copy, training_sandbox as make
+    from ai4ai.submission import Submission
+    setup = GradeSetup(task=task, scale="ci", device="cuda", threads=2, backend="bwrap", cap_s=60, run_dir=tmp_path)
+    repo = build_training_copy(task, Submission({}, {}, "", 0, 0), tmp_path / "train_repo")
+    sb = make(setup, repo, tmp_path / "seed_0", [], {})
+    script = ("import os; print('DEV', sorted(d for d in os.listdir('/dev') if not d.startswith('nvidia'))); "
+              "print('CACHES', [os.environ[k] for k in ('TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR', 'XDG_CACHE_HOME')])")
+    out, log = run_py(sb, tmp_path, script, "/repo")
+    assert out.returncode == 0, log
+    assert all(p.startswith("/home/sandbox/") for p in eval(log.split("CACHES ")[1].splitlines()[0]))
