@@ -233,7 +233,9 @@ class Sandbox:
                         break
             if proc.poll() is None and limit is None:
                 timed_out = True
-                _signal_tree(proc.pid, signal.SIGTERM)
+                # bwrap dies on SIGTERM and takes the namespace with it, so under bwrap the grace
+                # signal goes to the processes inside only; SIGKILL to everything follows the grace.
+                _signal_tree(proc.pid, signal.SIGTERM, include_root=self.backend != "bwrap")
                 try:
                     proc.wait(timeout=grace_s)
                 except subprocess.TimeoutExpired:
@@ -268,10 +270,10 @@ def _pump(stream, log, on_line) -> None:
     stream.close()
 
 
-def _signal_tree(pid: int, sig: int) -> None:
+def _signal_tree(pid: int, sig: int, include_root: bool = True) -> None:
     try:
         root = psutil.Process(pid)
-        procs = [root] + root.children(recursive=True)
+        procs = ([root] if include_root else []) + root.children(recursive=True)
     except psutil.NoSuchProcess:
         return
     for p in procs:
@@ -279,10 +281,11 @@ def _signal_tree(pid: int, sig: int) -> None:
             p.send_signal(sig)
         except psutil.NoSuchProcess:
             pass
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    if include_root:
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _end_all(pid: int, me: psutil.Process, before: set[int]) -> int:

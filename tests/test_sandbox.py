@@ -132,3 +132,23 @@ def test_sandbox_refuses_to_mount_the_project_root(tmp_path):
     sb = Sandbox(backend="bwrap", mounts=[Mount("/workspace", PROJECT_ROOT, True)])
     with pytest.raises(SandboxError, match="project root"):
         sb.argv(["true"], "/workspace")
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "none"])
+def test_sigterm_grace_lets_a_run_save_before_the_kill(tmp_path, backend):
+    """At the cap the command gets SIGTERM first and may write its last checkpoint in the grace period."""
+    if backend == "bwrap" and not bwrap_available():
+        pytest.skip("bubblewrap unavailable")
+    sb, ws = _sandbox(tmp_path, backend)
+    script = f"""
+import signal, sys, time
+def on_term(*_):
+    open({sb.path('/workspace')!r} + '/saved_on_term', 'w').write('ok'); sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print('ready', flush=True)
+time.sleep(300)
+"""
+    log = tmp_path / "term.log"
+    out = sb.run([sys.executable, "-c", script], "/workspace", 3, log, grace_s=5)
+    assert out.timed_out and "ready" in log.read_text()
+    assert (ws / "saved_on_term").read_text() == "ok"
