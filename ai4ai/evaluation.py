@@ -1,7 +1,9 @@
 """Selection and hidden evaluation, in a separate process that imports only pristine code.
 
-The parent writes a spec (JSON) and runs `python -B -m ai4ai.evaluation SPEC OUT` with a
-private bytecode cache. The worker builds the model from the pristine repo copy, loads each
+The parent writes a spec (JSON) and runs `python -m ai4ai.evaluation SPEC OUT` with its bytecode
+redirected to a harness-private cache (outputs/.cache/eval-pycache) that no sandbox mounts, so
+no planted .pyc is ever read, and the libraries' bytecode is reused across gradings (compiling
+torch and transformers from source each time cost ~7 s per seed). The worker builds the model from the pristine repo copy, loads each
 candidate checkpoint strictly (exact parameter keys, shapes, dtypes, all finite, safetensors
 only), picks the best on the selection split and evaluates that one on the test split.
 """
@@ -48,10 +50,12 @@ def run_worker(spec: EvalSpec, workdir: Path, timeout_s: float = 3600) -> dict:
     spec_path.write_text(json.dumps(spec.__dict__, indent=1))
     out_path.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(workdir / "pycache"),
+    from . import PROJECT_ROOT
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.update(PYTHONPYCACHEPREFIX=str(PROJECT_ROOT / "outputs" / ".cache" / "eval-pycache"),
                OMP_NUM_THREADS=str(spec.threads), MKL_NUM_THREADS=str(spec.threads),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    r = subprocess.run([sys.executable, "-B", "-m", "ai4ai.evaluation", str(spec_path), str(out_path)],
+    r = subprocess.run([sys.executable, "-m", "ai4ai.evaluation", str(spec_path), str(out_path)],
                        env=env, cwd=str(workdir), capture_output=True, text=True, timeout=timeout_s)
     (workdir / "eval.log").write_text(r.stdout + r.stderr)
     if r.returncode != 0 or not out_path.exists():
