@@ -177,9 +177,10 @@ class Sandbox:
         for sysdir in ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"):
             if os.path.exists(sysdir):
                 a += ["--ro-bind", sysdir, sysdir]
+        # the private /tmp first: an interpreter or venv that lives under /tmp is bound on top of it
+        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         for d in _python_dirs():
             a += ["--ro-bind", str(d), str(d)]
-        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         if self.gpu:
             for dev in sorted(Path("/dev").glob("nvidia*")):
                 a += ["--dev-bind", str(dev), str(dev)]
