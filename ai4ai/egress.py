@@ -13,24 +13,9 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .launcher import _pipe   # the same relay runs inside the sandbox (launcher.py is stdlib-only)
+
 MAX_HEADER = 8192
-
-
-def _pipe(a: socket.socket, b: socket.socket) -> None:
-    try:
-        while True:
-            data = a.recv(65536)
-            if not data:
-                break
-            b.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def parse_allowlist(hosts: list[str]) -> set[tuple[str, int]]:
