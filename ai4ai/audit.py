@@ -41,7 +41,7 @@ from .console import say
 from .grade import GradeSetup, cap_seconds, grade_seeds, score_seeds, write_json
 from .pipeline import UsageError, context, ensure_anchors
 from .provenance import UNVERSIONED, benchmark_version, tree_sha256, versions
-from .scoring import Anchors, phi
+from .scoring import Anchors, seed_noise_sigma
 from .submission import PatchFormatError, from_patch
 from .workspace import pristine_copy
 
@@ -71,9 +71,9 @@ def seed_noise(result: dict) -> float | None:
     sd = (a.get("provenance") or {}).get("phi_std")
     if sd is None:
         return None
-    p0, pb, p1 = (phi(a[k], raw["direction"], raw.get("transform", "identity")) for k in ("no_info", "baseline", "best"))
-    upper = (result.get("score") or 0.0) > 0.1
-    return float(0.9 * sd / (p1 - pb) if upper else 0.1 * sd / (pb - p0))
+    anchors = Anchors(a["no_info"], a["baseline"], a["best"])
+    return seed_noise_sigma(sd, anchors, raw["direction"], raw.get("transform", "identity"),
+                            upper=(result.get("score") or 0.0) > 0.1)
 
 
 # --------------------------------------------------------------------------- drift

@@ -10,7 +10,6 @@ It also records the shipped algorithm's training wall time, from which the cap d
 """
 from __future__ import annotations
 
-import math
 import socket
 import statistics
 import time

@@ -18,12 +18,11 @@ import hydra
 from omegaconf import DictConfig
 
 from . import PROJECT_ROOT
-from . import anchors as anchor_store
 from .console import say
 from .grade import GradeSetup, cap_seconds, grade_seeds, score_seeds
 from .hidden import REQUIRED, load_grader
 from .pipeline import context, ensure_anchors, hydra_run_dir
-from .scoring import phi
+from .scoring import phi, seed_noise_sigma
 from .submission import PatchFormatError, from_patch
 from .task import Task, TaskError, load_task
 
@@ -64,7 +63,7 @@ def contract_checks(task: Task, rep: Report) -> None:
     rep.check((repo / "README.md").is_file(), "repo README.md exists (what the agent reads)", "write README.md")
     script = next((a for a in shlex.split(task.entry) if a.endswith(".py")), None)
     rep.check(script is not None and (repo / script).is_file(), f"entry script of {task.entry!r} exists",
-              f"entry must name a .py file in the repo, e.g. 'python train.py'")
+              "entry must name a .py file in the repo, e.g. 'python train.py'")
     for f in task.editable_files:
         rep.check((repo / f).is_file(), f"editable file {f} exists", f"{f} is listed under editable.files but missing")
     if task.editable_folder:
@@ -128,7 +127,7 @@ def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) 
               f"phib - phi0 = {pb - p0:.4g} must exceed {ANCHOR_MARGIN} x {sd:.4g}: the shipped algorithm barely learns")
     rep.check(p1 - pb > ANCHOR_MARGIN * sd, f"best above shipped by {(p1 - pb) / max(sd, 1e-12):.1f} x seed std",
               f"phi1 - phib = {p1 - pb:.4g} must exceed {ANCHOR_MARGIN} x {sd:.4g}: no headroom above the noise")
-    noise = 0.9 * sd / (p1 - pb)        # one seed's noise in sigma, on the steeper (upper) branch
+    noise = seed_noise_sigma(sd, a, m.direction, m.transform)   # the steeper (upper) branch
     if rec.raw.get("test_excess_se") is not None:
         ev = 0.9 * rec.raw["test_excess_se"] / (p1 - pb)
         rep.check(ev <= EVAL_NOISE_MAX, f"test split sampling noise moves sigma by {ev:.4f}",

@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .scoring import phi
+
 CKPT_RE = re.compile(r"^ckpt_(\d{8})\.safetensors$")
 MAX_CKPT_OVERHEAD = 1 << 20     # header slack beyond the raw parameter bytes
 
@@ -65,11 +67,6 @@ def run_worker(spec: EvalSpec, workdir: Path, timeout_s: float = 3600) -> dict:
 
 
 # --------------------------------------------------------------------------- worker side
-
-def _phi(raw, direction, transform):
-    from .scoring import phi
-    return phi(raw, direction, transform)
-
 
 def load_strict(model, path: Path):
     """Load a checkpoint into `model` (pristine code) or raise InvalidCheckpoint."""
@@ -177,7 +174,7 @@ def _worker(spec: EvalSpec) -> dict:
             if not math.isfinite(raw):
                 raise InvalidCheckpoint(f"{path.name}: selection metric is {raw}")
             rec.update(valid=True, selection_metric=raw)
-            p = _phi(raw, spec.direction, spec.transform)
+            p = phi(raw, spec.direction, spec.transform)
             if p > best_phi:
                 best_i, best_phi = i, p
         except InvalidCheckpoint as e:

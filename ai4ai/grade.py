@@ -10,7 +10,6 @@ import fcntl
 import json
 import math
 import os
-import re
 import shlex
 import shutil
 import socket
@@ -25,7 +24,7 @@ from . import anchors as anchor_store
 from .console import TrainingBar, say
 from .evaluation import CKPT_RE, EvalSpec, run_worker
 from .hidden import load_grader
-from .provenance import python_executable
+from .provenance import UNVERSIONED, python_executable, tree_sha256
 from .sandbox import KERNELS_DIR, Mount, Sandbox, default_memory_limit
 from .scoring import Anchors, bootstrap_interval, phi, pooled_sigma, sigma
 from .submission import Submission, apply
@@ -88,10 +87,9 @@ def data_mounts(task: Task, scale: str, cache_root: Path) -> tuple[list[Mount], 
     """Splits too large to commit (full scale) are materialized once into a cache, keyed by version."""
     if not task.prepare:
         return [], {}
-    from .provenance import tree_sha256
     if (task.repo / "data" / f"train_{scale}.u8").exists() or not task.data_env:
         return [], {}
-    key = tree_sha256(task.grader, anchor_store_skip())[:16]
+    key = tree_sha256(task.grader, UNVERSIONED)[:16]
     dest = cache_root / "data" / task.name / scale / key
     if not (dest / ".complete").exists():
         say(f"materializing the {scale} training split into {dest} (once)")
@@ -104,11 +102,6 @@ def data_mounts(task: Task, scale: str, cache_root: Path) -> tuple[list[Mount], 
     for v in task.validation_files:
         (dest / Path(v).name).unlink(missing_ok=True)
     return [Mount("/data", dest, False)], {task.data_env: "/data"}
-
-
-def anchor_store_skip() -> set:
-    from .provenance import UNVERSIONED
-    return UNVERSIONED
 
 
 def build_training_copy(task: Task, sub: Submission, dest: Path) -> Path:
@@ -238,13 +231,17 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
-def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: Path) -> list[SeedResult]:
-    """Train and evaluate `sub` once per seed. Harness faults become `error` seeds."""
+def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: Path,
+                pristine: Path | None = None) -> list[SeedResult]:
+    """Train and evaluate `sub` once per seed. Harness faults become `error` seeds.
+
+    `pristine`: the run's own verified pristine copy, when it has one; else one is made here."""
     task = setup.task
     workdir.mkdir(parents=True, exist_ok=True)
     # Each copy is built under a temporary name and renamed when complete, so a harness killed
     # mid-copy leaves nothing that a resumed grading would take for a finished copy.
-    pristine = _build_once(workdir / ".pristine", lambda d: pristine_copy(task, d))
+    if pristine is None:
+        pristine = _build_once(workdir / ".pristine", lambda d: pristine_copy(task, d))
     train_repo = _build_once(workdir / "train_repo", lambda d: build_training_copy(task, sub, d))
     mounts, env = data_mounts(task, setup.scale, PROJECT_ROOT / "outputs" / ".cache")
     results = []

@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from . import PROJECT_ROOT, SCHEMA
+from . import SCHEMA
 from . import agents as agent_kinds
 from . import anchors as anchor_store
 from . import record
@@ -169,7 +169,8 @@ def grade_and_record(ctx: Context, cfg: DictConfig, sub: Submission, agent_name:
                        backend=ctx.backend, cap_s=cap_seconds(ctx.task, ctx.scale, rec), run_dir=ctx.run_dir,
                        progress=bool(cfg.progress))
     t0 = time.monotonic()
-    results = grade_seeds(setup, sub, seeds, ctx.run_dir / "grade")
+    pristine = ctx.run_dir / ".harness" / "pristine"      # made and verified before the agent phase
+    results = grade_seeds(setup, sub, seeds, ctx.run_dir / "grade", pristine if pristine.is_dir() else None)
     scored = score_seeds(ctx.task, results, rec.anchors)
     timing = dict(timing, grade_s=round(time.monotonic() - t0, 2),
                   train_s=round(sum(r.train_s for r in results), 2), cap_s=round(setup.cap_s, 1))
@@ -290,19 +291,18 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     started_at = record.now()
     run_dir.mkdir(parents=True, exist_ok=True)
     say(f"run {ctx.task.name} with agent {agent_label(agent_cfg)} at scale {ctx.scale} -> {run_dir}")
-    ensure_anchors(ctx, cfg)     # calibrate before the agent spends its window
+    rec = ensure_anchors(ctx, cfg)     # calibrate before the agent spends its window
     harness = run_dir / ".harness"
     pristine = pristine_copy(ctx.task, harness / "pristine")
     ws = agent_workspace(ctx.task, run_dir / "workspace")
     home = run_dir / "agent_home"
     (home / "tmp").mkdir(parents=True, exist_ok=True)
-    rec = anchor_store.find(ctx.task.grader, ctx.key)
     proxy_setup = GradeSetup(task=ctx.task, scale=ctx.scale, device=ctx.device, threads=ctx.threads,
                              backend=ctx.backend, cap_s=cap_seconds(ctx.task, ctx.scale, rec), run_dir=run_dir,
                              progress=False)
     t_start = time.time()
     server = ProxyServer(setup=proxy_setup, pristine=pristine, workspace=ws, run_dir=run_dir,
-                         validation=rec.validation if rec else None, deadline=t_start + window_s)
+                         validation=rec.validation, deadline=t_start + window_s)
     sock_dir = server.start()
     sb = Sandbox(backend=ctx.backend, network=agent_cfg.get("network") is True,
                  mounts=[Mount("/workspace", ws, True), Mount("/home/agent", home, True),

@@ -428,7 +428,7 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def to_markdown(sections: list[Section], meta: dict) -> str:
-    out = [f"# ai4ai report", "", f"results: `{meta['results']}` · {meta['runs']} runs counted, "
+    out = ["# ai4ai report", "", f"results: `{meta['results']}` · {meta['runs']} runs counted, "
            f"{meta['superseded']} older rows superseded · generated {meta['generated']}", ""]
     for s in sections:
         out += [f"## {_group_title(s.group)}", "", "### Leaderboard", "",

@@ -40,6 +40,13 @@ def sigma(raw: float, anchors: Anchors, direction: str, transform: str) -> float
     return float(min(1.0, max(0.0, s)))
 
 
+def seed_noise_sigma(phi_std: float, anchors: Anchors, direction: str, transform: str,
+                     upper: bool = True) -> float:
+    """One seed's std of sigma, from the seed std of phi: on the upper branch (above 0.1) or the lower."""
+    p0, pb, p1 = (phi(a, direction, transform) for a in (anchors.no_info, anchors.baseline, anchors.best))
+    return float(0.9 * phi_std / (p1 - pb) if upper else 0.1 * phi_std / (pb - p0))
+
+
 def pooled_sigma(phis: list[float | None], anchors: Anchors, direction: str, transform: str) -> float:
     """The run's score: sigma of the seeds' mean phi, times the share of valid seeds (None = invalid).
 

@@ -1,9 +1,7 @@
 """Agent kinds with stand-in CLIs (no network): transcript, usage, proxy, policies, deadline, cap."""
 import json
-import os
 import shutil
 import socket
-import sys
 import threading
 import time
 from pathlib import Path

@@ -1,5 +1,4 @@
 """The sandbox: no project root, no hidden grader, no network, writes only where allowed, caps end trees."""
-import os
 import sys
 import time
 import uuid
@@ -22,6 +21,11 @@ def _sandbox(tmp_path, backend="bwrap"):
                                           Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False)])
     sb.env = sb.base_env("/home/agent")
     return sb, ws
+
+
+def _survivors(marker: str) -> list:
+    """Processes whose command line carries `marker` (none may outlive a phase)."""
+    return [p for p in psutil.process_iter(["cmdline"]) if any(marker in (c or "") for c in (p.info["cmdline"] or []))]
 
 
 def _run(sb, tmp_path, script, timeout=60):
@@ -109,7 +113,7 @@ time.sleep(300)
     assert out.timed_out and "started" in log
     assert time.monotonic() - t0 < 30
     time.sleep(0.5)
-    left = [p for p in psutil.process_iter(["cmdline"]) if any(marker in (c or "") for c in (p.info["cmdline"] or []))]
+    left = _survivors(marker)
     assert left == [], f"processes outlived the cap: {left}"
 
 
@@ -123,7 +127,7 @@ def test_processes_left_after_a_normal_exit_are_ended(tmp_path, backend):
     out, _ = _run(sb, tmp_path, script, timeout=30)
     assert out.returncode == 0 and not out.timed_out
     time.sleep(0.5)
-    left = [p for p in psutil.process_iter(["cmdline"]) if any(marker in (c or "") for c in (p.info["cmdline"] or []))]
+    left = _survivors(marker)
     assert left == []
 
 
