@@ -14,6 +14,7 @@ import shlex
 import shutil
 import socket
 import stat
+import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -64,16 +65,40 @@ class GradeSetup:
 
 
 @contextmanager
-def device_lock(device: str):
-    """One grading (or proxy run) per device at a time, across processes."""
+def device_lock(device: str, threads: int = 0):
+    """One grading (or proxy run) per device at a time, across processes.
+
+    A CPU is shared out in slots of `threads` cores: a 2-core host grading 1-thread tasks runs
+    two at once, each on its own core; 2-thread tasks take the whole host. A GPU is one slot.
+    """
     lock_dir = PROJECT_ROOT / "outputs" / ".locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
     # one lock per physical device: host + device + visible GPUs (outputs/ may be on a shared filesystem)
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device.startswith("cuda") else ""
     name = f"{socket.gethostname()}_{device}_{gpu}".replace(":", "_").replace(",", "-").replace("/", "_")
-    with open(lock_dir / f"{name}.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    cpu = device == "cpu" and threads > 0
+    total = (os.cpu_count() or 1) if cpu else 1
+    need = min(total, threads) if cpu else 1
+    files = [open(lock_dir / (f"{name}.lock" + (f".{i}" if i else "")), "w") for i in range(total)]
+    try:
+        if need == 1:       # any free slot
+            while not any(_try_lock(f) for f in files):
+                time.sleep(0.5)
+        else:               # several slots, always taken in the same order (no deadlock)
+            for f in files[:need]:
+                fcntl.flock(f, fcntl.LOCK_EX)
         yield
+    finally:
+        for f in files:
+            f.close()
+
+
+def _try_lock(f) -> bool:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
 
 
 def cap_seconds(task: Task, scale: str, record: anchor_store.Record | None) -> float:
@@ -245,7 +270,7 @@ def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: P
     train_repo = _build_once(workdir / "train_repo", lambda d: build_training_copy(task, sub, d))
     mounts, env = data_mounts(task, setup.scale, PROJECT_ROOT / "outputs" / ".cache")
     results = []
-    with device_lock(setup.device):
+    with device_lock(setup.device, setup.threads):
         for seed in seeds:
             say(f"grading seed {seed} ({setup.scale}, cap {setup.cap_s:.0f}s, sandbox {setup.backend})")
             seed_dir = workdir / f"seed_{seed}"

@@ -122,7 +122,7 @@ class ProxyServer:
         (call_dir / "submission.patch").write_text(sub.patch)
         build_training_copy(self.setup.task, sub, call_dir / "train_repo")
         say(f"proxy call {n}: training the agent's current code")
-        with device_lock(self.setup.device):
+        with device_lock(self.setup.device, self.setup.threads):
             outcome, ckpts, reason = run_training(self.setup, call_dir / "train_repo", PROXY_SEED, call_dir / "run",
                                                   [], {}, f"  proxy call {n}")
             metric = None

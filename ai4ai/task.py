@@ -59,6 +59,7 @@ class Task:
     metric: Metric
     proxy_command: str | None
     scales: dict[str, ScaleBudget]
+    deterministic: bool = False     # the shipped algorithm ignores --seed (e.g. magnitude pruning)
 
     def scale(self, name: str) -> ScaleBudget:
         if name not in self.scales:
@@ -100,7 +101,9 @@ def load_task(name: str) -> Task:
 def parse_task(raw: Any, where: str) -> Task:
     d = _take(raw, where,
               {"name", "family", "description", "repo", "grader", "editable", "entry", "model", "metric", "scales"},
-              {"protected", "checkpoint_metadata", "data", "proxy"})
+              {"protected", "checkpoint_metadata", "data", "proxy", "deterministic"})
+    if not isinstance(d.get("deterministic", False), bool):
+        raise TaskError(f"{where}: deterministic must be true or false, got {d['deterministic']!r}")
     ed = _take(d["editable"], f"{where}: editable", {"files"}, {"folder"})
     metric = _take(d["metric"], f"{where}: metric", {"name", "direction", "transform", "best"})
     if metric["direction"] not in ("max", "min"):
@@ -136,4 +139,5 @@ def parse_task(raw: Any, where: str) -> Task:
         data_checksums=data.get("checksums"), validation_files=tuple(data.get("validation") or ()),
         prepare=data.get("prepare"), data_env=data.get("env"),
         metric=Metric(**metric), proxy_command=proxy.get("command"), scales=scales,
+        deterministic=d.get("deterministic", False),
     )

@@ -17,6 +17,10 @@ def test_tasks_are_discovered_by_file():
     assert t.metric.direction == "min" and t.metric.transform == "neg_log"
     assert t.is_editable("train.py") and t.is_editable("algorithm/new_rule.py")
     assert not t.is_editable("model.py") and not t.is_editable("algorithm/sub/x.py")
+    assert t.deterministic is False
+    d = copy.deepcopy(RAW)
+    d["deterministic"] = True
+    assert parse_task(d, "test").deterministic is True
 
 
 @pytest.mark.parametrize("mutate,msg", [
@@ -27,6 +31,7 @@ def test_tasks_are_discovered_by_file():
     (lambda d: d["scales"].update(huge=d["scales"]["ci"]), "unknown scale"),
     (lambda d: d.pop("entry"), "missing keys"),
     (lambda d: d.update(model="model.build_model"), "module:function"),
+    (lambda d: d.update(deterministic="yes"), "deterministic must be true or false"),
 ])
 def test_bad_task_configs_are_rejected_with_a_reason(mutate, msg):
     d = copy.deepcopy(RAW)

@@ -1,0 +1,57 @@
+"""The per-device grading lock: a CPU is shared out in one-core slots, a GPU is one slot."""
+import threading
+import time
+
+import ai4ai.grade as grade
+
+
+def _holder(device, threads, hold_s, log, name):
+    with grade.device_lock(device, threads):
+        log.append((name, "in", time.monotonic()))
+        time.sleep(hold_s)
+        log.append((name, "out", time.monotonic()))
+
+
+def _run(jobs):
+    log = []
+    ts = [threading.Thread(target=_holder, args=(*j, log, i)) for i, j in enumerate(jobs)]
+    for t in ts:
+        t.start()
+        time.sleep(0.05)
+    for t in ts:
+        t.join(timeout=30)
+    return log
+
+
+def _most_at_once(log):
+    inside = most = 0
+    for _, event, _ in sorted(log, key=lambda e: (e[2], e[1] == "in")):
+        inside += 1 if event == "in" else -1
+        most = max(most, inside)
+    return most
+
+
+def _overlap(log, a, b):
+    t = {(n, e): s for n, e, s in log}
+    return t[(a, "in")] < t[(b, "out")] and t[(b, "in")] < t[(a, "out")]
+
+
+def test_two_one_thread_gradings_share_a_two_core_host(monkeypatch, tmp_path):
+    monkeypatch.setattr(grade, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(grade.os, "cpu_count", lambda: 2)
+    log = _run([("cpu", 1, 0.6), ("cpu", 1, 0.6), ("cpu", 1, 0.6)])
+    assert _overlap(log, 0, 1)                  # two at once, one per core
+    assert _most_at_once(log) == 2              # the third waits for a free core
+
+
+def test_a_whole_host_grading_excludes_others(monkeypatch, tmp_path):
+    monkeypatch.setattr(grade, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(grade.os, "cpu_count", lambda: 2)
+    log = _run([("cpu", 2, 0.5), ("cpu", 1, 0.3), ("cpu", 2, 0.3)])
+    assert _most_at_once(log) == 1
+
+
+def test_a_gpu_is_one_slot(monkeypatch, tmp_path):
+    monkeypatch.setattr(grade, "PROJECT_ROOT", tmp_path)
+    log = _run([("cuda", 1, 0.4), ("cuda", 1, 0.3)])
+    assert not _overlap(log, 0, 1)
