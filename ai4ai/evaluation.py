@@ -152,7 +152,8 @@ def _worker(spec: EvalSpec) -> dict:
             path = Path(c)
             rec = {"name": path.name}
             try:
-                out["validation_metric"] = float(grader.evaluate(load_strict(fresh(), path), val, None))
+                cfg = {"scale": spec.scale, "metadata": read_metadata(path, spec.metadata_keys)}
+                out["validation_metric"] = float(grader.evaluate(load_strict(fresh(), path), val, cfg))
                 out["chosen"] = path.name
                 return out
             except InvalidCheckpoint as e:
@@ -170,7 +171,7 @@ def _worker(spec: EvalSpec) -> dict:
                "metadata": read_metadata(path, spec.metadata_keys)}
         try:
             model = load_strict(fresh(), path)
-            raw = float(grader.evaluate(model, selection, None))
+            raw = float(grader.evaluate(model, selection, {"scale": spec.scale, "metadata": rec["metadata"]}))
             if not math.isfinite(raw):
                 raise InvalidCheckpoint(f"{path.name}: selection metric is {raw}")
             rec.update(valid=True, selection_metric=raw)
@@ -185,15 +186,16 @@ def _worker(spec: EvalSpec) -> dict:
         return out
     chosen = Path(spec.candidates[best_i])
     model = load_strict(fresh(), chosen)
+    cfg = {"scale": spec.scale, "metadata": out["candidates"][best_i]["metadata"]}
     test = grader.split("test", None)
     out["chosen"] = chosen.name
     if hasattr(grader, "evaluate_with_noise"):
-        raw, se = grader.evaluate_with_noise(model, test, None)
+        raw, se = grader.evaluate_with_noise(model, test, cfg)
         out["test_metric"], out["test_excess_se"] = float(raw), float(se)
     else:
-        out["test_metric"] = float(grader.evaluate(model, test, None))
+        out["test_metric"] = float(grader.evaluate(model, test, cfg))
     if "validation" in grader.SPLITS:
-        out["validation_metric"] = float(grader.evaluate(model, grader.split("validation", None), None))
+        out["validation_metric"] = float(grader.evaluate(model, grader.split("validation", None), cfg))
     return out
 
 

@@ -3,7 +3,9 @@
 A hidden grader package provides:
     SPLITS: dict[str, int]                      split names (at least selection, test) and sizes
     split(name, cfg) -> data                    regenerated from a 128-bit secret seed
-    evaluate(model, split, cfg) -> float        the raw metric, deterministic
+    evaluate(model, split, cfg) -> float        the raw metric, deterministic; cfg is None (anchors) or
+                                                {"scale": S, "metadata": the checkpoint's metadata,
+                                                whitelisted keys only}; non-finite = invalid
     uninformative(model) -> model               the no-information model (the 0 anchor)
     best_attainable(split, cfg) -> float        when the task's metric.best is a name
     materialize(scale, dest) -> {file: sha256}  optional: writes splits too large to commit
