@@ -1,0 +1,28 @@
+"""Graph sizes, model size, diffusion steps and training budget per scale. Protected."""
+from dataclasses import dataclass
+
+N_NODES = 8                                 # every graph has 8 nodes
+N_PAIRS = N_NODES * (N_NODES - 1) // 2      # 28 node pairs, each with a bond order
+N_TYPES = 4                                 # node types
+N_BONDS = 3                                 # bond orders: 0 none, 1 single, 2 double
+STEPS = 50                                  # diffusion steps T (the bound sums over all of them)
+
+
+@dataclass(frozen=True)
+class Scale:
+    width: int
+    depth: int
+    budget_graphs: int      # training graphs the split serves in one run (repeats count again)
+
+
+SCALES = {
+    "ci": Scale(width=128, depth=2, budget_graphs=16_384),
+    "smoke": Scale(width=256, depth=3, budget_graphs=196_608),
+    "full": Scale(width=1024, depth=6, budget_graphs=50_331_648),
+}
+
+
+def get_scale(name: str) -> Scale:
+    if name not in SCALES:
+        raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
+    return SCALES[name]
