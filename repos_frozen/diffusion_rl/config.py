@@ -1,0 +1,31 @@
+"""Per-scale model size, diffusion schedule and sample budget. Protected: the grader reads the same file."""
+from dataclasses import dataclass
+
+IMAGE_DIM = 64          # 8x8 grey images, pixels scaled to [-1, 1]
+N_STEPS = 20            # denoising steps of the sampler (training and sampling use the same chain)
+TARGET_CLASS = 3        # the reward asks for a 3 ...
+INK_THRESHOLD = 0.25    # ... drawn with thin strokes: mean ink (pixels mapped to [0, 1]) below this
+INK_TEMPERATURE = 0.02  # softness of the thin-stroke term
+VALIDATION_SEED = 20240601   # public noise seed of the proxy evaluation (evaluate.py)
+VALIDATION_SAMPLES = 1024
+
+
+@dataclass(frozen=True)
+class Scale:
+    width: int              # hidden width of the MLP denoiser
+    depth: int              # residual blocks
+    prepare_steps: int      # DDPM pretraining steps in prepare.py (batch 128)
+    budget_samples: int     # sampled trajectories one RL run may draw (the budget)
+
+
+SCALES = {
+    "ci": Scale(width=128, depth=2, prepare_steps=1500, budget_samples=1_024),
+    "smoke": Scale(width=256, depth=2, prepare_steps=3000, budget_samples=4_096),
+    "full": Scale(width=512, depth=3, prepare_steps=20_000, budget_samples=262_144),
+}
+
+
+def get_scale(name: str) -> Scale:
+    if name not in SCALES:
+        raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
+    return SCALES[name]
