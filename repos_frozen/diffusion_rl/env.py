@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from config import get_scale
-from model import sample_chain, to_image
+from model import sample_chain
 from reward import load_scorer, reward
 
 
