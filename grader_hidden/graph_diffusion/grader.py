@@ -23,7 +23,7 @@ import yaml
 from . import generator
 
 HERE = Path(__file__).resolve().parent
-SPLITS = {"selection": 2_000, "test": 8_000, "validation": 1_000}
+SPLITS = {"selection": 1_000, "test": 4_000, "validation": 1_000}
 TRAIN_GRAPHS = {"ci": 16_384, "smoke": 65_536, "full": 4_194_304}
 
 

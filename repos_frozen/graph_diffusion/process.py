@@ -93,9 +93,9 @@ class Process:
     def sample(self, x0: torch.Tensor, t: torch.Tensor, n_classes: int,
                generator: torch.Generator | None = None) -> torch.Tensor:
         """Draw x_t ~ q(x_t | x_0) for every variable: [B, V] int -> [B, V] int64."""
-        p = self.q_t(x0, t, n_classes).float()
-        flat = torch.multinomial(p.view(-1, n_classes), 1, generator=generator)
-        return flat.view(x0.shape)
+        cdf = self.q_t(x0, t, n_classes).cumsum(-1)                      # [B, V, C]
+        u = torch.rand(x0.shape, generator=generator, dtype=torch.float64).to(x0.device)
+        return (u[..., None] > cdf[..., :-1]).sum(-1)
 
     def posterior(self, xt: torch.Tensor, t: int, n_classes: int) -> torch.Tensor:
         """q(x_{t-1} = k | x_t, x_0 = i) for every i: xt [B, V] -> [B, V, C(i), C(k)] (float64)."""
