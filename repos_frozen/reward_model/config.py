@@ -1,0 +1,36 @@
+"""Per-scale model size, pretraining and training budget. Protected: the grader reads the same file."""
+from dataclasses import dataclass
+
+# Characters: token 0 pad, 1 '|' (after the prompt), 2 '$' (end of the response), 3.. 'a'-'h'.
+CHARS = "_|$abcdefgh"
+VOCAB = len(CHARS)
+PAD, SEP, END = 0, 1, 2
+SEQ_LEN = 24        # every sequence: "prompt|response$" right-padded with token 0 to this length
+
+
+@dataclass(frozen=True)
+class Scale:
+    n_layer: int
+    n_embd: int
+    n_head: int
+    budget_pairs: int       # preference pairs the training split serves in one run (the data budget)
+    pretrain_steps: int     # prepare.py: LM steps on the unlabelled responses (the base model)
+    pretrain_batch: int
+
+
+SCALES = {
+    "ci": Scale(n_layer=2, n_embd=64, n_head=4, budget_pairs=4_096, pretrain_steps=300, pretrain_batch=64),
+    "smoke": Scale(n_layer=2, n_embd=64, n_head=4, budget_pairs=32_768, pretrain_steps=600, pretrain_batch=64),
+    "full": Scale(n_layer=6, n_embd=384, n_head=6, budget_pairs=8_388_608, pretrain_steps=20_000, pretrain_batch=256),
+}
+
+
+def get_scale(name: str) -> Scale:
+    if name not in SCALES:
+        raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
+    return SCALES[name]
+
+
+def decode(tokens) -> str:
+    """A token row as text, padding dropped: e.g. 'bdf|acegehdfaah$'."""
+    return "".join(CHARS[int(t)] for t in tokens if int(t) != PAD)

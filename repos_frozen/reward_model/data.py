@@ -1,0 +1,91 @@
+"""The data: fixed, offline, checksummed files. Protected.
+
+- `data/train_<scale>.u8`: preference pairs, rows of 2 * SEQ_LEN + 1 bytes: sequence a, sequence b,
+  label (1 if a is preferred, 0 if b is). Both sequences share the prompt. The labels come from
+  raters who are sometimes wrong: a share of them is flipped.
+- `data/val.u8`: pairs in the same format with correct labels (the proxy evaluation).
+- `data/unlabelled.u8`: single sequences (prompt|response$) without labels; prepare.py pretrains
+  the base LM on them.
+
+The training split is served through `PreferencePairs`, which meters what it serves: one run may
+draw at most `budget_pairs` pairs (repeats count again). At `ci` and `smoke` this meter, not the
+wall clock, is the budget, so a result does not depend on the machine.
+"""
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from config import SEQ_LEN, get_scale
+
+REPO = Path(__file__).resolve().parent
+PAIR_WIDTH = 2 * SEQ_LEN + 1
+
+
+def data_dir() -> Path:
+    # The grader may point at a cache holding large (full-scale) splits.
+    return Path(os.environ.get("REWARD_MODEL_DATA_DIR", REPO / "data"))
+
+
+def _checksums() -> dict:
+    """sha256 of each file: data/SHA256SUMS, plus the grader's cache listing for full-scale splits."""
+    sums = {}
+    for listing in dict.fromkeys([REPO / "data" / "SHA256SUMS", data_dir() / "SHA256SUMS"]):
+        if listing.exists():
+            for line in listing.read_text().splitlines():
+                digest, name = line.split()
+                sums.setdefault(name, digest)      # the repo's own listing wins
+    return sums
+
+
+def _read(name: str, width: int) -> np.ndarray:
+    path = data_dir() / f"{name}.u8"
+    if not path.exists():
+        path = REPO / "data" / f"{name}.u8"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing (the grader's training run has no validation data)")
+    raw = path.read_bytes()
+    expected = _checksums().get(path.name)
+    if expected is None or hashlib.sha256(raw).hexdigest() != expected:
+        raise RuntimeError(f"{path}: checksum does not match data/SHA256SUMS")
+    return np.frombuffer(raw, dtype=np.uint8).reshape(-1, width)
+
+
+def load_pairs(name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A pair file as (a [N, SEQ_LEN] int64, b [N, SEQ_LEN] int64, label [N] float32: 1 = a preferred)."""
+    arr = torch.from_numpy(_read(name, PAIR_WIDTH).astype(np.int64))
+    return arr[:, :SEQ_LEN], arr[:, SEQ_LEN:2 * SEQ_LEN], arr[:, -1].float()
+
+
+def load_unlabelled() -> torch.Tensor:
+    """The unlabelled sequences [N, SEQ_LEN] int64 (prepare.py's pretraining data)."""
+    return torch.from_numpy(_read("unlabelled", SEQ_LEN).astype(np.int64))
+
+
+class BudgetExhausted(RuntimeError):
+    """Raised when a run asks for more training pairs than its scale's budget."""
+
+
+class PreferencePairs:
+    """The training pairs of a scale, served by index and metered."""
+
+    def __init__(self, scale: str):
+        self.a, self.b, self.label = load_pairs(f"train_{scale}")
+        self.budget = get_scale(scale).budget_pairs
+        self.served = 0
+
+    def __len__(self) -> int:
+        return self.a.shape[0]
+
+    @property
+    def remaining(self) -> int:
+        return self.budget - self.served
+
+    def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pairs at `idx` ([B] int64) -> (a [B, SEQ_LEN], b [B, SEQ_LEN], label [B]); counts B against the budget."""
+        if self.served + len(idx) > self.budget:
+            raise BudgetExhausted(f"budget of {self.budget} pairs is spent")
+        self.served += len(idx)
+        return self.a[idx], self.b[idx], self.label[idx]
