@@ -1,0 +1,221 @@
+"""Hidden grader of the `pruning` task: held-out perplexity of the pruned model.
+
+Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
+evaluate_with_noise, uninformative(model), best_attainable(split, cfg), materialize(scale, dest).
+
+A checkpoint is valid only if (1) at most (1 - SPARSITY) of the weights of the prunable tensors
+(the attention and MLP Conv1D weights of every block), counted together, are nonzero, and (2)
+every other parameter equals the dense model's bit for bit. The dense model is the committed
+artifact in repos_frozen/pruning/artifacts, checked against the sha256 stored here. An invalid
+checkpoint evaluates to NaN, which the harness records as invalid (score 0), with the reason
+printed to the evaluation log. This module imports nothing from the repo.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from . import source
+
+HERE = Path(__file__).resolve().parent
+ARTIFACTS = HERE.parent.parent / "repos_frozen" / "pruning" / "artifacts"
+SPLITS = {"selection": 512, "test": 2048, "validation": 512}   # sequences of 64 symbols
+VOCAB, SEQ_LEN = source.VOCAB, source.SEQ_LEN
+
+SPARSITY = 0.75
+PRUNABLE = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+SCALE_DENSE = {"ci": "dense_small", "smoke": "dense_small", "full": "dense_full"}
+ARCH = {"dense_small": dict(n_layer=4, n_embd=128, n_head=4), "dense_full": dict(n_layer=8, n_embd=512, n_head=8)}
+# sha256 of the committed dense artifacts; the full one is made by prepare.py on the full device and
+# checked against the repo's artifacts/SHA256SUMS only.
+DENSE_SHA256 = {"dense_small": "cf63f05a7c9ca96e8cbdabe371bd7c9e2eee3e08fd02f67244568664bd682dc6"}
+
+# Files of the repo's data/ (written once by write_repo_data and committed) and per-scale calibration sizes.
+REPO_FILES = {"pretrain_small": 16_000, "calib_ci": 256, "calib_smoke": 1024, "val": SPLITS["validation"]}
+CALIB_FILE_SEQUENCES = {"ci": 256, "smoke": 1024, "full": 16_384}
+PRETRAIN_FULL_SEQUENCES = 640_000
+
+_last_dense = "dense_small"     # the dense model of the last model seen (anchors pass cfg=None)
+
+
+def _secrets() -> dict:
+    return yaml.safe_load((HERE / "secrets.yaml").read_text())
+
+
+def _source() -> source.HMM:
+    return source.build_source(_secrets()["source"])
+
+
+def split(name: str, cfg=None) -> np.ndarray:
+    """A hidden split ([N, 64] uint8), regenerated from its secret seed."""
+    return source.sample(_source(), SPLITS[name], _secrets()[name])
+
+
+# --------------------------------------------------------------------------- the dense model
+
+def is_prunable(name: str) -> bool:
+    return name.startswith("transformer.h.") and name.endswith(PRUNABLE)
+
+
+@functools.lru_cache(maxsize=2)
+def dense_state(dense: str) -> dict:
+    """name -> tensor of the committed dense model, after checking its sha256."""
+    from safetensors.torch import load
+    path = ARTIFACTS / f"{dense}.safetensors"
+    raw = path.read_bytes()
+    expected = DENSE_SHA256.get(dense)
+    if expected is None:
+        sums = dict(reversed(line.split()) for line in (ARTIFACTS / "SHA256SUMS").read_text().splitlines())
+        expected = sums.get(path.name)
+    if hashlib.sha256(raw).hexdigest() != expected:
+        raise RuntimeError(f"{path}: sha256 differs from the grader's record (the dense artifact changed)")
+    return load(raw)
+
+
+def _dense_name(model: torch.nn.Module | None, cfg) -> str:
+    global _last_dense
+    if isinstance(cfg, dict) and cfg.get("scale") in SCALE_DENSE:
+        name = SCALE_DENSE[cfg["scale"]]
+    elif model is not None:
+        c = model.config
+        name = next((k for k, a in ARCH.items() if (a["n_layer"], a["n_embd"]) == (c.n_layer, c.n_embd)), _last_dense)
+    else:
+        name = _last_dense
+    _last_dense = name
+    return name
+
+
+def dense_model(dense: str, device="cpu") -> torch.nn.Module:
+    """The dense model, built here exactly as the repo's model.build_model builds it."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(vocab_size=VOCAB, n_positions=SEQ_LEN, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     bos_token_id=None, eos_token_id=None, tie_word_embeddings=True, **ARCH[dense])
+    model = GPT2LMHeadModel(cfg).float()
+    model.load_state_dict(dense_state(dense), strict=False)
+    return model.to(device).eval()
+
+
+def check_pruned(model: torch.nn.Module, cfg=None) -> list[str]:
+    """Why `model` is not a valid pruning of the dense model (empty list: valid)."""
+    dense = dense_state(_dense_name(model, cfg))
+    params = dict(model.named_parameters())
+    if set(params) != set(dense):
+        return [f"parameter names differ from the dense model's ({sorted(set(params) ^ set(dense))[:5]})"]
+    problems, nonzero, total = [], 0, 0
+    for name, p in params.items():
+        t = p.detach().cpu()
+        if t.shape != dense[name].shape or t.dtype != torch.float32:
+            problems.append(f"{name}: {t.dtype}{list(t.shape)}, expected float32{list(dense[name].shape)}")
+        elif is_prunable(name):
+            nonzero += int(torch.count_nonzero(t))
+            total += t.numel()
+        elif not torch.equal(t.view(torch.int32), dense[name].view(torch.int32)):
+            problems.append(f"{name} is not prunable and differs from the dense model "
+                            f"({int((t.view(torch.int32) != dense[name].view(torch.int32)).sum())} values)")
+    allowed = math.floor((1.0 - SPARSITY) * total)
+    if total and nonzero > allowed:
+        problems.append(f"{nonzero} nonzero weights in the prunable tensors, at most {allowed} allowed "
+                        f"(sparsity {1 - nonzero / total:.4f} < {SPARSITY})")
+    return problems
+
+
+def _is_no_information(model: torch.nn.Module) -> bool:
+    """Every parameter zero: the no-information model (uniform logits), the 0 anchor."""
+    return all(not torch.any(p) for p in model.parameters())
+
+
+# --------------------------------------------------------------------------- the metric
+
+@torch.no_grad()
+def _nll(model: torch.nn.Module, tokens: np.ndarray, batch: int = 128) -> np.ndarray:
+    """Per-sequence mean -log p(x_t | x_<t), t = 1..T-1, as float64 [N]."""
+    x = torch.from_numpy(tokens.astype(np.int64))
+    device = next(model.parameters()).device
+    out = []
+    for i in range(0, len(x), batch):
+        b = x[i:i + batch].to(device)
+        logits = model(input_ids=b).logits[:, :-1].double()
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, b[:, 1:, None]).squeeze(-1)
+        out.append((-logp).mean(1).cpu().numpy())
+    return np.concatenate(out)
+
+
+def _valid(model: torch.nn.Module, cfg) -> bool:
+    if _is_no_information(model):
+        _dense_name(model, cfg)
+        return True
+    problems = check_pruned(model, cfg)
+    for p in problems:
+        print(f"pruning grader: invalid checkpoint: {p}", file=sys.stderr, flush=True)
+    return not problems
+
+
+def evaluate(model: torch.nn.Module, split: np.ndarray, cfg=None) -> float:
+    """Perplexity (lower is better; the score uses -log perplexity); NaN if the pruning is invalid."""
+    if not _valid(model, cfg):
+        return float("nan")
+    return math.exp(float(_nll(model, split).mean()))
+
+
+def evaluate_with_noise(model: torch.nn.Module, split: np.ndarray, cfg=None) -> tuple[float, float]:
+    """(perplexity, standard error of the mean per-sequence excess NLL over the dense model, in nats)."""
+    if not _valid(model, cfg):
+        return float("nan"), float("nan")
+    nll = _nll(model, split)
+    dense = dense_model(_dense_name(model, cfg), next(model.parameters()).device)
+    excess = nll - _nll(dense, split)
+    return math.exp(float(nll.mean())), float(excess.std(ddof=1) / math.sqrt(len(excess)))
+
+
+def uninformative(model: torch.nn.Module) -> torch.nn.Module:
+    """The no-information model: every parameter zero, so the logits are all 0 (perplexity = VOCAB)."""
+    _dense_name(model, None)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    return model
+
+
+def best_attainable(split: np.ndarray, cfg=None) -> float:
+    """The dense model's perplexity on the same text (pruning can at best keep it)."""
+    return math.exp(float(_nll(dense_model(_dense_name(None, cfg)), split).mean()))
+
+
+# --------------------------------------------------------------------------- data
+
+def _write(dest: Path, files: dict) -> dict:
+    sums = {}
+    for name, arr in files.items():
+        raw = arr.tobytes()
+        (dest / name).write_bytes(raw)
+        sums[name] = hashlib.sha256(raw).hexdigest()
+    return sums
+
+
+def write_repo_data(dest: Path) -> dict:
+    """The committed data/ of the repo: pretraining corpus of the small model, calibration splits, validation."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    s, hmm = _secrets(), _source()
+    return _write(dest, {f"{n}.u8": source.sample(hmm, k, s["validation" if n == "val" else n])
+                         for n, k in REPO_FILES.items()})
+
+
+def materialize(scale: str, dest: Path) -> dict:
+    """Write the calibration split of `scale` (and the validation split; at full the pretraining corpus)."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    s, hmm = _secrets(), _source()
+    files = {f"calib_{scale}.u8": source.sample(hmm, CALIB_FILE_SEQUENCES[scale], s[f"calib_{scale}"]),
+             "val.u8": source.sample(hmm, SPLITS["validation"], s["validation"])}
+    if scale == "full":
+        files["pretrain_full.u8"] = source.sample(hmm, PRETRAIN_FULL_SEQUENCES, s["pretrain_full"])
+    return _write(dest, files)

@@ -1,0 +1,41 @@
+"""Per-scale model size, sparsity and calibration budget. Protected: the grader uses the same values."""
+from dataclasses import dataclass
+
+VOCAB = 32          # symbols of the source; the text is symbol-level, no tokenizer
+SEQ_LEN = 64        # every pretraining, calibration, validation and test sequence is this long
+
+# The pruning target: at most (1 - SPARSITY) of the weights of the prunable tensors, counted
+# together over all of them, may be nonzero. How the zeros are spread over the tensors is up to
+# the algorithm (uniform per tensor, per layer, per row, ...). Every other tensor must stay
+# exactly (bit for bit) as in the dense model.
+SPARSITY = 0.75
+PRUNABLE = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+@dataclass(frozen=True)
+class Scale:
+    n_layer: int
+    n_embd: int
+    n_head: int
+    dense: str                  # artifacts/<dense>.safetensors: the prepared dense model
+    calib_sequences: int        # sequences the calibration split serves in one run (the data budget)
+    pretrain_steps: int         # prepare.py: optimizer steps of 32 sequences
+
+
+SCALES = {
+    # ci and smoke prune the same dense model; ci only has a smaller calibration budget.
+    "ci": Scale(n_layer=4, n_embd=128, n_head=4, dense="dense_small", calib_sequences=32, pretrain_steps=500),
+    "smoke": Scale(n_layer=4, n_embd=128, n_head=4, dense="dense_small", calib_sequences=128, pretrain_steps=500),
+    "full": Scale(n_layer=8, n_embd=512, n_head=8, dense="dense_full", calib_sequences=1024, pretrain_steps=20_000),
+}
+
+
+def get_scale(name: str) -> Scale:
+    if name not in SCALES:
+        raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
+    return SCALES[name]
+
+
+def is_prunable(name: str) -> bool:
+    """Whether parameter `name` (e.g. transformer.h.0.mlp.c_fc.weight) counts toward the sparsity."""
+    return name.startswith("transformer.h.") and name.endswith(PRUNABLE)

@@ -1,0 +1,76 @@
+"""The data: a fixed, offline corpus of symbol sequences, checksummed. Protected.
+
+The calibration split is served through `CalibrationSplit`, which meters what it serves: one
+run may draw at most `calib_sequences` sequences (repeats count again). This meter is the
+budget at `ci` and `smoke`, so a result does not depend on the machine. `pretrain_small.u8`
+is the dense model's pretraining corpus, read by prepare.py only; like `val.u8` it is absent
+from the grader's pruning run.
+"""
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from config import SEQ_LEN, get_scale
+
+REPO = Path(__file__).resolve().parent
+
+
+def data_dir() -> Path:
+    # The grader may point at a cache holding large (full-scale) splits.
+    return Path(os.environ.get("PRUNING_DATA_DIR", REPO / "data"))
+
+
+def _checksums() -> dict:
+    """sha256 of each split: data/SHA256SUMS, plus the grader's cache listing for full-scale splits."""
+    sums = {}
+    for listing in dict.fromkeys([REPO / "data" / "SHA256SUMS", data_dir() / "SHA256SUMS"]):
+        if listing.exists():
+            for line in listing.read_text().splitlines():
+                digest, name = line.split()
+                sums.setdefault(name, digest)      # the repo's own listing wins
+    return sums
+
+
+def load_sequences(name: str) -> torch.Tensor:
+    """A split file `<name>.u8` as int64 [N, SEQ_LEN], after checking its sha256."""
+    path = data_dir() / f"{name}.u8"
+    if not path.exists():
+        path = REPO / "data" / f"{name}.u8"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing (the grader's pruning run has no validation or pretraining data)")
+    raw = path.read_bytes()
+    expected = _checksums().get(path.name)
+    if expected is None or hashlib.sha256(raw).hexdigest() != expected:
+        raise RuntimeError(f"{path}: checksum does not match data/SHA256SUMS")
+    arr = np.frombuffer(raw, dtype=np.uint8).reshape(-1, SEQ_LEN)
+    return torch.from_numpy(arr.astype(np.int64))
+
+
+class BudgetExhausted(RuntimeError):
+    """Raised when a run asks for more calibration sequences than its scale's budget."""
+
+
+class CalibrationSplit:
+    """The calibration split of a scale, served by index and metered."""
+
+    def __init__(self, scale: str):
+        self.sequences = load_sequences(f"calib_{scale}")    # [N, SEQ_LEN]
+        self.budget = get_scale(scale).calib_sequences
+        self.served = 0
+
+    def __len__(self) -> int:
+        return self.sequences.shape[0]
+
+    @property
+    def remaining(self) -> int:
+        return self.budget - self.served
+
+    def get(self, idx: torch.Tensor) -> torch.Tensor:
+        """Sequences at `idx` ([B] int64) -> [B, SEQ_LEN]; counts B against the budget."""
+        if self.served + len(idx) > self.budget:
+            raise BudgetExhausted(f"budget of {self.budget} calibration sequences is spent")
+        self.served += len(idx)
+        return self.sequences[idx]
