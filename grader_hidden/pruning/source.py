@@ -4,11 +4,10 @@ Hidden state = (mode, substate). The mode changes rarely, so predicting the next
 well means inferring the mode from a long stretch of context; within a mode, substates
 follow a sparse transition graph and emit from a few symbols each, shared across modes.
 
-Because the source is an HMM, the exact conditional likelihood p(x_t | x_<t) of any text is
-computable with the forward algorithm: the Bayes-optimal perplexity that anchors 1.0.
-
-This file lives only in grader_hidden/: the agent and the grader's training run see the
-materialized training split, never the source's parameters or seeds.
+The same kind of source as the `optimizer` task's, with its own secret seeds. In this task the
+1.0 anchor is the dense model's perplexity, not the source's (conditional_nll is kept for
+diagnostics only). This file lives only in grader_hidden/: the agent and the grader's pruning
+run see the materialized calibration split, never the source's parameters or seeds.
 """
 from __future__ import annotations
 
