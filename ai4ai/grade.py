@@ -109,10 +109,12 @@ def cap_seconds(task: Task, scale: str, record: anchor_store.Record | None) -> f
 
 
 def data_mounts(task: Task, scale: str, cache_root: Path) -> tuple[list[Mount], dict]:
-    """Splits too large to commit (full scale) are materialized once into a cache, keyed by version."""
-    if not task.prepare:
-        return [], {}
-    if (task.repo / "data" / f"train_{scale}.u8").exists() or not task.data_env:
+    """Splits too large to commit are materialized once into a cache, keyed by version.
+
+    The `ci` and `smoke` splits are committed in the repo (tests and laptops need no prepare
+    step); `full` splits are written by the grader's prepare function (`data.prepare`).
+    """
+    if not task.prepare or not task.data_env or scale != "full":
         return [], {}
     key = tree_sha256(task.grader, UNVERSIONED)[:16]
     dest = cache_root / "data" / task.name / scale / key

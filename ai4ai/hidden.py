@@ -8,7 +8,7 @@ A hidden grader package provides:
                                                 whitelisted keys only}; non-finite = invalid
     uninformative(model) -> model               the no-information model (the 0 anchor)
     best_attainable(split, cfg) -> float        when the task's metric.best is a name
-    materialize(scale, dest) -> {file: sha256}  optional: writes splits too large to commit
+    materialize(scale, dest) -> {file: sha256}  optional: writes the `full` splits (too large to commit)
     evaluate_with_noise(model, split, cfg)      optional: (raw, standard error of the paired
                                                 excess over the best predictor), for noise checks
 """

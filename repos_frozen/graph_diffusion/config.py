@@ -12,13 +12,14 @@ STEPS = 50                                  # diffusion steps T (the bound sums 
 class Scale:
     width: int
     depth: int
+    split: str              # the training split's file, data/<split>.u8
     budget_graphs: int      # training graphs the split serves in one run (repeats count again)
 
 
 SCALES = {
-    "ci": Scale(width=128, depth=2, budget_graphs=16_384),
-    "smoke": Scale(width=256, depth=3, budget_graphs=196_608),
-    "full": Scale(width=1024, depth=6, budget_graphs=50_331_648),
+    "ci": Scale(width=256, depth=3, split="train_smoke", budget_graphs=98_304),
+    "smoke": Scale(width=256, depth=3, split="train_smoke", budget_graphs=196_608),
+    "full": Scale(width=1024, depth=6, split="train_full", budget_graphs=50_331_648),
 }
 
 

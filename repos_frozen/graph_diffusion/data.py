@@ -58,8 +58,9 @@ class TrainingGraphs:
     """The training split of a scale, served by index and metered."""
 
     def __init__(self, scale: str):
-        self.graphs = load_graphs(f"train_{scale}")
-        self.budget = get_scale(scale).budget_graphs
+        s = get_scale(scale)
+        self.graphs = load_graphs(s.split)
+        self.budget = s.budget_graphs
         self.served = 0
 
     def __len__(self) -> int:
