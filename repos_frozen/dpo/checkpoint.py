@@ -1,0 +1,50 @@
+"""Checkpoints: weights only, safetensors, written atomically; and the prepared policy. Protected.
+
+The grader reads `ckpt_{step:08d}.safetensors` from the output folder and chooses among the
+last three; it loads exactly the model's parameter keys (tied weights once) in fp32.
+"""
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from model import build_model
+
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+
+def save_checkpoint(model: torch.nn.Module, out: str, step: int, keep_last: int = 3,
+                    metadata: dict | None = None) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    # named_parameters() yields each tied tensor once (lm_head.weight is transformer.wte.weight)
+    weights = {k: v.detach().float().cpu().contiguous() for k, v in model.named_parameters()}
+    path = out / f"ckpt_{step:08d}.safetensors"
+    tmp = out / f".{path.name}.tmp"
+    save_file(weights, str(tmp))
+    os.replace(tmp, path)
+    if metadata is not None:
+        meta_tmp = out / f".ckpt_{step:08d}.json.tmp"
+        meta_tmp.write_text(json.dumps({"step": step, **metadata}))
+        os.replace(meta_tmp, out / f"ckpt_{step:08d}.json")
+    for old in sorted(out.glob("ckpt_*.safetensors"))[:-keep_last]:
+        old.unlink()
+        old.with_suffix(".json").unlink(missing_ok=True)
+    return path
+
+
+def load_policy(scale: str) -> torch.nn.Module:
+    """The prepared policy of `scale` (artifacts/policy_<scale>.safetensors, made by prepare.py),
+    after checking its sha256 against artifacts/SHA256SUMS. It is the DPO reference."""
+    path = ARTIFACTS / f"policy_{scale}.safetensors"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `python prepare.py --scale {scale}`")
+    sums = dict(reversed(line.split()) for line in (ARTIFACTS / "SHA256SUMS").read_text().splitlines())
+    if sums.get(path.name) != hashlib.sha256(path.read_bytes()).hexdigest():
+        raise RuntimeError(f"{path}: checksum does not match artifacts/SHA256SUMS")
+    model = build_model(scale)
+    model.load_state_dict(load_file(str(path)), strict=False)   # strict except the tied lm_head
+    return model

@@ -1,0 +1,47 @@
+"""Vocabulary, sequence length, per-scale model size and training budget. Protected."""
+from dataclasses import dataclass
+
+# Character-level vocabulary. Token 0 is PAD and end-of-answer (EOS).
+CHARS = " |>!.[]#*-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+VOCAB = len(CHARS) + 1          # 73
+EOS = PAD = 0
+SEQ_LEN = 32                    # prompt + answer + EOS, right-padded with PAD
+PROMPT_END = ">"                # the prompt ends with this character; the answer follows
+
+_ID = {c: i + 1 for i, c in enumerate(CHARS)}
+
+
+def encode(text: str) -> list[int]:
+    return [_ID[c] for c in text]
+
+
+def decode(ids) -> str:
+    """Characters up to the first EOS."""
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == EOS:
+            break
+        out.append(CHARS[i - 1])
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Scale:
+    n_layer: int
+    n_embd: int
+    n_head: int
+    budget_pairs: int       # preference pairs the training split serves in one run (the data budget)
+
+
+SCALES = {
+    "ci": Scale(n_layer=2, n_embd=64, n_head=4, budget_pairs=2_048),
+    "smoke": Scale(n_layer=2, n_embd=64, n_head=4, budget_pairs=16_384),
+    "full": Scale(n_layer=6, n_embd=256, n_head=8, budget_pairs=1_048_576),
+}
+
+
+def get_scale(name: str) -> Scale:
+    if name not in SCALES:
+        raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
+    return SCALES[name]
