@@ -1,0 +1,56 @@
+"""Symbols, model size, prepare recipe and unlearning budget per scale. Protected: the grader reads the same layout."""
+from dataclasses import dataclass
+
+# ---------------------------------------------------------------- symbols (no tokenizer)
+# 0 newline, 1 space, 2..27 letters a-z, 28..33 attributes, 34..97 values, 98.. entities.
+NEWLINE, SPACE, LETTER0, N_LETTERS = 0, 1, 2, 26
+ATTR0, N_ATTRS = 28, 6
+VALUE0, N_VALUES = 34, 64
+ENTITY0, N_ENTITIES = 98, 2000
+VOCAB = ENTITY0 + N_ENTITIES            # 2,098 symbols
+
+# A fact is 4 symbols: [newline, attribute, entity, value]. The value is predicted at the entity's
+# position (index VALUE_POS - 1) from the prompt facts[:, :VALUE_POS].
+FACT_LEN, VALUE_POS = 4, 3
+TEXT_LEN = 32                           # general text: sequences of 32 letters and spaces
+
+
+@dataclass(frozen=True)
+class Scale:
+    n_layer: int
+    n_embd: int
+    n_head: int
+    artifact: str           # artifacts/<artifact>.safetensors: the prepared (memorised) model
+    budget_examples: int    # forget + retain facts the training interface serves in one run
+
+
+@dataclass(frozen=True)
+class Prepare:
+    """How prepare.py memorised the facts (the cost the unlearning budget is measured against)."""
+    steps: int
+    fact_batch: int
+    text_batch: int
+    lr: float
+
+    @property
+    def examples(self) -> int:
+        return self.steps * (self.fact_batch + self.text_batch)
+
+
+PREPARE = {
+    "memorised_small": Prepare(steps=3_000, fact_batch=256, text_batch=16, lr=5e-3),   # 816,000 examples
+    "memorised_full": Prepare(steps=20_000, fact_batch=256, text_batch=64, lr=1e-3),
+}
+
+SCALES = {
+    # ci and smoke share the prepared model; the budget is at most ~10% of memorisation's examples
+    "ci": Scale(n_layer=2, n_embd=64, n_head=4, artifact="memorised_small", budget_examples=2_048),
+    "smoke": Scale(n_layer=2, n_embd=64, n_head=4, artifact="memorised_small", budget_examples=32_768),
+    "full": Scale(n_layer=6, n_embd=384, n_head=6, artifact="memorised_full", budget_examples=262_144),
+}
+
+
+def get_scale(name: str) -> Scale:
+    if name not in SCALES:
+        raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
+    return SCALES[name]

@@ -1,0 +1,67 @@
+"""Unlearn the forget set from the prepared model. Editable: this is the unlearning algorithm.
+
+    python train.py --out DIR --seed N --scale {ci,smoke,full} --budget-s T --device {cpu,cuda}
+
+Starts from the prepared model (which memorised every fact) and writes
+DIR/ckpt_{step:08d}.safetensors (the last three are kept; the grader picks among them).
+The data budget is metered by data.UnlearningData; the wall clock (--budget-s) is a safety
+net at ci/smoke and the binding cap at full, where the grader stops the run at T seconds.
+
+Shipped algorithm: gradient ascent on the forget set (maximise the value's cross-entropy),
+AdamW at a small constant learning rate for a fixed, small number of steps, so that the model
+forgets without collapsing.
+"""
+import argparse
+import time
+
+import torch
+
+from checkpoint import save_checkpoint
+from config import VALUE_POS
+from data import UnlearningData, load_prepared
+from model import build_model, value_logits
+
+LR = 1e-3            # see README: the shipped setting of a sweep over rate and steps at smoke
+BATCH_SIZE = 32      # forget facts per step
+STEPS = 100          # gradient-ascent steps (fewer when the scale's budget is smaller)
+N_SAVES = 8          # checkpoints over the run (the last three are kept)
+
+# ----------------------------------------------------------------------------- setup
+p = argparse.ArgumentParser()
+p.add_argument("--out", required=True)
+p.add_argument("--seed", type=int, required=True)
+p.add_argument("--scale", required=True)
+p.add_argument("--budget-s", type=float, required=True)
+p.add_argument("--device", default="cpu")
+args = p.parse_args()
+
+torch.manual_seed(args.seed)
+device = torch.device(args.device)
+data = UnlearningData(args.scale)
+model = load_prepared(build_model(args.scale), args.scale).to(device).train()
+optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.999), weight_decay=0.0)
+total_steps = min(STEPS, data.budget // BATCH_SIZE)
+save_every = max(1, total_steps // N_SAVES)
+order = torch.Generator().manual_seed(args.seed)
+print(f"gradient ascent on {len(data.forget)} forget facts: {total_steps} steps of {BATCH_SIZE}", flush=True)
+
+# ----------------------------------------------------------------------------- loop
+t0 = time.time()
+perm = torch.randperm(len(data.forget), generator=order)
+for step in range(total_steps):
+    if time.time() - t0 > args.budget_s:
+        break
+    start = (step * BATCH_SIZE) % len(perm)
+    if start + BATCH_SIZE > len(perm):              # a new epoch: reshuffle
+        perm = torch.randperm(len(data.forget), generator=order)
+        start = 0
+    batch = data.get_forget(perm[start:start + BATCH_SIZE]).to(device)        # [B, 4]
+    ce = torch.nn.functional.cross_entropy(value_logits(model, batch), batch[:, VALUE_POS])
+    (-ce).backward()                                                           # ascend the forget loss
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    done = step + 1
+    if done % save_every == 0 or done == total_steps:
+        save_checkpoint(model, args.out, done, metadata={"facts_seen": data.served})
+    if done % 10 == 0 or done == total_steps:
+        print(f"step {done}/{total_steps} forget loss {ce.item():.4f} elapsed {time.time() - t0:.1f}s", flush=True)
