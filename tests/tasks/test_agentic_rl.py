@@ -176,6 +176,10 @@ def test_uninformative_is_the_random_policy(repo, grader):
     levels = env.generate_levels(val["levels"], val["seed"], s)
     other = env.solved_mask(Constant([0.0] * 4), levels, s.max_steps, 12345).mean()
     assert abs(other - rate) < 4 * np.sqrt(rate * (1 - rate) / val["levels"]) + 1e-9
+    # and the calibrated 0 anchor (the same policy on the hidden test levels) is the same rate
+    path = PROJECT_ROOT / "grader_hidden" / TASK / "anchors.yaml"
+    for rec in (yaml.safe_load(path.read_text()) or {}).get("records", []) if path.exists() else []:
+        assert abs(rec["anchors"]["no_info"] - rate) < 4 * np.sqrt(rate * (1 - rate) / val["levels"])
 
 
 def test_perfect_policy_scores_one(repo, grader):
