@@ -16,8 +16,8 @@ import yaml
 from . import rule
 
 HERE = Path(__file__).resolve().parent
-SPLITS = {"selection": 8_000, "test": 40_000, "validation": 4_000}     # pairs, clean labels, no ties
-TRAIN_PAIRS = {"ci": 4_096, "smoke": 16_384, "full": 2_097_152}       # noisy labels
+SPLITS = {"selection": 4_000, "test": 40_000, "validation": 4_000}     # pairs, clean labels, no ties
+TRAIN_PAIRS = {"ci": 512, "smoke": 2_048, "full": 1_048_576}         # noisy labels
 UNLABELLED = 32_768                                                    # sequences for the base LM
 SEQ = rule.SEQ_LEN
 

@@ -21,7 +21,7 @@ class Scale:
 SCALES = {
     "ci": Scale(n_layer=2, n_embd=64, n_head=4, budget_pairs=4_096, pretrain_steps=300, pretrain_batch=64),
     "smoke": Scale(n_layer=2, n_embd=64, n_head=4, budget_pairs=32_768, pretrain_steps=600, pretrain_batch=64),
-    "full": Scale(n_layer=6, n_embd=384, n_head=6, budget_pairs=8_388_608, pretrain_steps=20_000, pretrain_batch=256),
+    "full": Scale(n_layer=6, n_embd=384, n_head=6, budget_pairs=16_777_216, pretrain_steps=20_000, pretrain_batch=256),
 }
 
 

@@ -20,7 +20,7 @@ from data import PreferencePairs
 from model import build_model, load_base
 
 BATCH_SIZE = 32      # pairs per optimizer step
-LR = 1e-3            # best constant rate of {3e-4, 1e-3, 3e-3} at smoke (validation accuracy)
+LR = 1e-4            # best constant rate of {1e-4, 3e-4, 1e-3, 3e-3} at smoke (held-out accuracy)
 BETAS = (0.9, 0.999)
 WEIGHT_DECAY = 0.01
 N_SAVES = 8          # checkpoints over the run (the last three are kept)
