@@ -4,8 +4,10 @@ Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split
 evaluate_with_noise, uninformative(model), best_attainable(split, cfg), materialize(scale, dest).
 
 A checkpoint is valid only if (1) at most (1 - SPARSITY) of the weights of the prunable tensors
-(the attention and MLP Conv1D weights of every block), counted together, are nonzero, and (2)
-every other parameter equals the dense model's bit for bit. The dense model is the committed
+(the attention and MLP Conv1D weights of every block), counted together, are nonzero, (2) every
+weight of those tensors is either zero or the dense model's value bit for bit (pruning selects
+which weights to keep; it does not change them), and (3) every other parameter equals the dense
+model's bit for bit. The dense model is the committed
 artifact in repos_frozen/pruning/artifacts, checked against the sha256 stored here. An invalid
 checkpoint evaluates to NaN, which the harness records as invalid (score 0), with the reason
 printed to the evaluation log. This module imports nothing from the repo.
@@ -117,6 +119,10 @@ def check_pruned(model: torch.nn.Module, cfg=None) -> list[str]:
         elif is_prunable(name):
             nonzero += int(torch.count_nonzero(t))
             total += t.numel()
+            changed = int(((t != 0) & (t.view(torch.int32) != dense[name].view(torch.int32))).sum())
+            if changed:
+                problems.append(f"{name}: {changed} kept weights differ from the dense model's "
+                                f"(a weight is either pruned to zero or kept as it is)")
         elif not torch.equal(t.view(torch.int32), dense[name].view(torch.int32)):
             problems.append(f"{name} is not prunable and differs from the dense model "
                             f"({int((t.view(torch.int32) != dense[name].view(torch.int32)).sum())} values)")

@@ -6,8 +6,9 @@ SEQ_LEN = 64        # every pretraining, calibration, validation and test sequen
 
 # The pruning target: at most (1 - SPARSITY) of the weights of the prunable tensors, counted
 # together over all of them, may be nonzero. How the zeros are spread over the tensors is up to
-# the algorithm (uniform per tensor, per layer, per row, ...). Every other tensor must stay
-# exactly (bit for bit) as in the dense model.
+# the algorithm (uniform per tensor, per layer, per row, ...). A kept weight keeps its dense
+# value bit for bit (pruning chooses the mask; it does not update weights), and every other
+# tensor stays exactly (bit for bit) as in the dense model.
 SPARSITY = 0.75
 PRUNABLE = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 

@@ -3,8 +3,9 @@
     python evaluate.py DIR_OR_CKPT --scale smoke
 
 A checkpoint is valid only if at most (1 - SPARSITY) of the weights of the prunable tensors,
-counted together, are nonzero, and every other parameter equals the dense model's bit for bit
-(the grader checks the same; an invalid checkpoint scores 0). The benchmark's score uses a
+counted together, are nonzero, every weight of those tensors is either zero or the dense model's
+value bit for bit, and every other parameter equals the dense model's bit for bit (the grader
+checks the same; an invalid checkpoint scores 0). The benchmark's score uses a
 hidden test split the agent never sees; the validation split here is for development only and
 is absent from the grader's pruning run.
 """
@@ -36,6 +37,8 @@ def check_pruned(model: torch.nn.Module, scale: str) -> list:
         if is_prunable(name):
             nonzero += int(torch.count_nonzero(t))
             total += t.numel()
+            if ((t != 0) & (t.view(torch.int32) != dense[name].view(torch.int32))).any():
+                problems.append(f"{name}: kept weights differ from the dense model's")
         elif not torch.equal(t.view(torch.int32), dense[name].view(torch.int32)):
             problems.append(f"{name} is not prunable and differs from the dense model")
     allowed = math.floor((1.0 - SPARSITY) * total)
