@@ -1,0 +1,113 @@
+"""Hidden grader of the `distillation` task: exact match of the student's greedy answers.
+
+Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
+evaluate_with_noise, uninformative(model), materialize(scale, dest). metric.best is 1.0.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from . import programs as P
+
+HERE = Path(__file__).resolve().parent
+SPLITS = {"selection": 4000, "test": 30000, "validation": 2000}   # prompts
+TEACHER_TRAIN = 40_000                                            # labelled, for prepare.py only
+TRAIN_PROMPTS = {"ci": 512, "smoke": 1_024, "full": 65_536}       # prompts only
+
+
+def _secrets() -> dict:
+    return yaml.safe_load((HERE / "secrets.yaml").read_text())
+
+
+def split(name: str, cfg=None) -> tuple[np.ndarray, np.ndarray]:
+    """A hidden split: (prompts [N, PROMPT_W], answers [N, ANSWER_W]) uint8, from its secret seed."""
+    return P.sample(SPLITS[name], _secrets()[name])
+
+
+@torch.no_grad()
+def greedy(model: torch.nn.Module, prompts: np.ndarray, batch: int = 1000) -> np.ndarray:
+    """Greedy completions [N, ANSWER_W] (int64; -1 marks an item that met a non-finite logit).
+
+    Decoding stops at <eos>, after which the completion is <pad>. A non-finite logit poisons
+    the item (it is never correct).
+    """
+    device = next(model.parameters()).device
+    x_all = torch.from_numpy(prompts.astype(np.int64))
+    out = torch.full((len(x_all), P.ANSWER_W), P.PAD, dtype=torch.long)
+    for i in range(0, len(x_all), batch):
+        res = model(input_ids=x_all[i:i + batch].to(device), use_cache=True)
+        n = res.logits.shape[0]
+        done = torch.zeros(n, dtype=torch.bool, device=device)
+        bad = torch.zeros(n, dtype=torch.bool, device=device)
+        for t in range(P.ANSWER_W):
+            logits = res.logits[:, -1].double()
+            bad |= ~torch.isfinite(logits).all(-1) & ~done
+            nxt = torch.nan_to_num(logits, nan=0.0, posinf=0.0, neginf=0.0).argmax(-1)
+            nxt = torch.where(done, torch.full_like(nxt, P.PAD), nxt)
+            out[i:i + n, t] = nxt.cpu()
+            done |= nxt == P.EOS
+            if bool(done.all()) or t == P.ANSWER_W - 1:
+                break
+            res = model(input_ids=nxt[:, None], past_key_values=res.past_key_values, use_cache=True)
+        out[i:i + n][bad.cpu(), 0] = -1
+    return out.numpy()
+
+
+def score_completions(answers: np.ndarray, completions: np.ndarray) -> np.ndarray:
+    """Per-prompt 0/1: completion [N, ANSWER_W] equals the true answer through <eos> (then <pad>)."""
+    answers, completions = np.asarray(answers, dtype=np.int64), np.asarray(completions, dtype=np.int64)
+    if completions.shape != answers.shape:
+        raise ValueError(f"completions {completions.shape} do not match answers {answers.shape}")
+    return (completions == answers).all(1).astype(np.float64)
+
+
+def correct(model: torch.nn.Module, data: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per-prompt 0/1: the model's greedy completion equals the true answer through <eos>."""
+    prompts, answers = data
+    return score_completions(answers, greedy(model, prompts))
+
+
+def evaluate(model: torch.nn.Module, split, cfg=None) -> float:
+    """Exact match in [0, 1] (raw metric, higher is better)."""
+    return float(correct(model, split).mean())
+
+
+def evaluate_with_noise(model: torch.nn.Module, split, cfg=None) -> tuple[float, float]:
+    """(exact match, standard error of the per-item excess over a perfect predictor)."""
+    c = correct(model, split)
+    return float(c.mean()), float((1 - c).std(ddof=1) / math.sqrt(len(c)))
+
+
+def uninformative(model: torch.nn.Module) -> torch.nn.Module:
+    """The no-information model: every parameter zero, so the logits are all 0 (argmax <pad>, never <eos>)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    return model
+
+
+def best_attainable(split, cfg=None) -> float:
+    return 1.0
+
+
+def materialize(scale: str, dest: Path) -> dict:
+    """Write train_<scale>.u8 (prompts only), val.u8 and teacher_train.u8 (labelled) into dest."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    s = _secrets()
+    train_prompts, _ = P.sample(TRAIN_PROMPTS[scale], s[f"train_{scale}"])
+    files = {f"train_{scale}.u8": train_prompts,
+             "val.u8": np.concatenate(P.sample(SPLITS["validation"], s["validation"]), axis=1),
+             "teacher_train.u8": np.concatenate(P.sample(TEACHER_TRAIN, s["teacher_train"]), axis=1)}
+    sums = {}
+    for name, arr in files.items():
+        raw = np.ascontiguousarray(arr).tobytes()
+        (dest / name).write_bytes(raw)
+        sums[name] = hashlib.sha256(raw).hexdigest()
+    return sums

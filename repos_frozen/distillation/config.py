@@ -1,0 +1,45 @@
+"""Vocabulary, sequence layout, and per-scale sizes and budgets. Protected: the grader reads the same file."""
+from dataclasses import dataclass
+
+# ---------------------------------------------------------------- vocabulary (character level)
+PAD, BOS, SEP, EOS = 0, 1, 2, 3
+DIGITS = "0123456789"                       # list items: token 4 + digit
+OPS = "NDEOHWAZ"                            # instruction codes: tokens 14..21 (meaning: see README)
+TOKENS = ["<pad>", "<bos>", "=", "<eos>"] + list(DIGITS) + list(OPS)
+VOCAB = len(TOKENS)                         # 22
+
+# ---------------------------------------------------------------- layout
+MAX_ITEMS = 7
+PROMPT_W = MAX_ITEMS + 5                    # <pad>.. <bos> f g o x_1..x_L =   (LEFT-padded with <pad>)
+ANSWER_W = MAX_ITEMS + 1                    # y_1..y_K <eos>             (stored right-padded with <pad>)
+MAX_NEW = ANSWER_W                          # greedy decoding stops at <eos> or after this many tokens
+N_POSITIONS = PROMPT_W + ANSWER_W           # 20
+
+
+@dataclass(frozen=True)
+class Scale:
+    n_layer: int                # student
+    n_embd: int
+    n_head: int
+    teacher_layer: int          # teacher (prepared by prepare.py; artifacts/teacher_<scale>.safetensors)
+    teacher_embd: int
+    teacher_head: int
+    teacher_steps: int          # prepare.py's optimizer steps on the ground-truth set
+    budget_prompts: int         # training prompts data.TrainingSplit serves in one run (repeats count)
+    budget_teacher_tokens: int  # token positions teacher.Teacher processes in one run
+
+
+SCALES = {
+    "ci": Scale(n_layer=2, n_embd=32, n_head=2, teacher_layer=3, teacher_embd=64, teacher_head=4,
+                teacher_steps=600, budget_prompts=512, budget_teacher_tokens=40_000),
+    "smoke": Scale(n_layer=2, n_embd=32, n_head=2, teacher_layer=3, teacher_embd=64, teacher_head=4,
+                   teacher_steps=1_500, budget_prompts=1_024, budget_teacher_tokens=80_000),
+    "full": Scale(n_layer=4, n_embd=128, n_head=4, teacher_layer=8, teacher_embd=384, teacher_head=6,
+                  teacher_steps=40_000, budget_prompts=65_536, budget_teacher_tokens=5_000_000),
+}
+
+
+def get_scale(name: str) -> Scale:
+    if name not in SCALES:
+        raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
+    return SCALES[name]

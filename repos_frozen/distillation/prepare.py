@@ -1,0 +1,70 @@
+"""Prepare the teacher: train it on the ground-truth set, deterministically. Protected.
+
+    python prepare.py --scale smoke      # writes artifacts/teacher_smoke.safetensors + SHA256SUMS
+
+The teacher is a larger GPT (config.py: teacher_*) trained with next-token cross-entropy on
+the answers of data/teacher_train.u8 (a labelled set that only this step reads), AdamW with
+warmup and cosine decay, fixed seed, one thread. It is good but not perfect. The committed
+artifacts for ci and smoke are what training and the grader use; rerunning this on another
+machine may give different bits, and then the checksum no longer matches.
+"""
+import argparse
+import hashlib
+import math
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from config import VOCAB, get_scale
+from data import join, load_labelled
+from model import build_teacher, greedy_generate
+
+REPO = Path(__file__).resolve().parent
+LR, BATCH, WARMUP, SEED = 5e-3, 64, 100, 0
+
+
+def train_teacher(scale: str) -> torch.nn.Module:
+    torch.manual_seed(SEED)
+    prompts, answers = load_labelled("teacher_train")
+    tokens, targets = join(prompts, answers)
+    model = build_teacher(scale)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.98), weight_decay=0.01)
+    steps = get_scale(scale).teacher_steps
+    g = torch.Generator().manual_seed(SEED)
+    t0 = time.process_time()
+    for step in range(steps):
+        f = min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / steps))
+        for group in opt.param_groups:
+            group["lr"] = LR * f
+        idx = torch.randint(0, len(tokens), (BATCH,), generator=g)
+        logits = model(input_ids=tokens[idx]).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets[idx].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if (step + 1) % 250 == 0 or step + 1 == steps:
+            print(f"step {step + 1}/{steps} loss {loss.item():.4f} cpu {time.process_time() - t0:.1f}s", flush=True)
+    return model.eval()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--scale", required=True)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    model = train_teacher(args.scale)
+    vp, va = load_labelled("val")
+    acc = (greedy_generate(model, vp) == va).all(1).float().mean().item()
+    print(f"teacher {args.scale}: validation exact match {acc:.4f}")
+    out = REPO / "artifacts"
+    out.mkdir(exist_ok=True)
+    name = f"teacher_{args.scale}.safetensors"
+    save_file({k: v.detach().float().contiguous() for k, v in model.named_parameters()}, str(out / name))
+    (out / name).chmod(0o644)
+    sums_path = out / "SHA256SUMS"
+    sums = dict(reversed(line.split()) for line in sums_path.read_text().splitlines()) if sums_path.exists() else {}
+    sums[name] = hashlib.sha256((out / name).read_bytes()).hexdigest()
+    sums_path.write_text("".join(f"{d}  {n}\n" for n, d in sorted(sums.items())))
