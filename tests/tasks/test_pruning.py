@@ -1,6 +1,7 @@
-"""The pruning task: contract, the validity rules of the hidden grader, its metric on hand-made
-models (dense = best, uniform = V, degenerate prunings below the shipped baseline), the invalid
-path through the real evaluation worker, and one ci seed end to end."""
+"""The pruning task: contract, the validity rules of the hidden grader (sparsity over the prunable
+tensors, kept weights and every other tensor bit for bit as in the dense model), its metric on
+hand-made models (dense = best, uniform = V, degenerate prunings not above the shipped baseline),
+the invalid path through the real evaluation worker, and one ci seed end to end."""
 import json
 import math
 
@@ -137,15 +138,16 @@ def test_not_sparse_enough_is_rejected(grader, G, text):
     nonzero = sum(int(torch.count_nonzero(p)) for p in params.values())
     allowed = math.floor(0.25 * total)
     assert nonzero <= allowed
-    w = params["transformer.h.0.mlp.c_fc.weight"]
-    zeros = (w == 0).nonzero()
+    name = "transformer.h.0.mlp.c_fc.weight"
+    w, dense = params[name], G.dense_state("dense_small")[name]
+    zeros = ((w == 0) & (dense != 0)).nonzero()
     with torch.no_grad():
         for i, j in zeros[:allowed - nonzero].tolist():
-            w[i, j] = 1e-3
+            w[i, j] = dense[i, j]                      # un-prune: restore the dense value
     assert G.check_pruned(m, {"scale": "smoke"}) == []
     with torch.no_grad():
         i, j = zeros[allowed - nonzero].tolist()
-        w[i, j] = 1e-3
+        w[i, j] = dense[i, j]
     assert math.isnan(grader.evaluate(m, text, {"scale": "smoke"}))
 
 
@@ -183,6 +185,22 @@ def test_changing_a_non_prunable_tensor_is_rejected(grader, G, text, name):
     assert math.isnan(grader.evaluate(m, text, {"scale": "smoke"}))
 
 
+@pytest.mark.parametrize("change", ["one ulp", "scaled", "sign"])
+def test_changing_a_kept_weight_is_rejected(grader, G, text, change):
+    """Pruning chooses the mask; a kept weight keeps its dense value bit for bit (pruned ones may be -0.0)."""
+    m = _magnitude(G)
+    assert G.check_pruned(m, {"scale": "smoke"}) == []          # magnitude's zeros include -0.0
+    name = "transformer.h.2.mlp.c_proj.weight"
+    w = dict(m.named_parameters())[name]
+    k = int(torch.nonzero(w.view(-1))[0])
+    with torch.no_grad():
+        x = w.view(-1)[k]
+        w.view(-1)[k] = {"one ulp": torch.nextafter(x, torch.tensor(math.inf)), "scaled": 1.5 * x, "sign": -x}[change]
+    problems = G.check_pruned(m, {"scale": "smoke"})
+    assert len(problems) == 1 and name in problems[0] and "kept weights" in problems[0]
+    assert math.isnan(grader.evaluate(m, text, {"scale": "smoke"}))
+
+
 def test_sign_of_zero_counts_bit_for_bit(grader, G, text):
     m = _magnitude(G)
     p = dict(m.named_parameters())["transformer.ln_f.bias"]
@@ -212,6 +230,12 @@ def test_degenerate_prunings_do_not_beat_the_shipped_baseline(grader, G, text):
             if G.is_prunable(n):
                 w.mul_(1e4)
     cases["huge survivors"] = m
+    m = _magnitude(G)                               # pruned ones given back a small value
+    with torch.no_grad():
+        for n, w in m.named_parameters():
+            if G.is_prunable(n):
+                w.add_((w == 0) * 1e-3)
+    cases["pruned set to epsilon"] = m
     m = _magnitude(G)                               # non-finite survivor: no finite perplexity
     with torch.no_grad():
         dict(m.named_parameters())["transformer.h.0.mlp.c_fc.weight"].view(-1)[
