@@ -124,16 +124,16 @@ def test_perfect_outputs_score_one_and_family_cases(grader, programs, val):
     p, a = val
     assert grader.score_completions(a, a).mean() == 1.0
     items, eos, W = _answer_lists(a, programs.EOS), programs.EOS, programs.ANSWER_W
-    # the right items in the wrong order, or the opposite order code, or a missing <eos>, are wrong
-    desc = [sorted(x, reverse=True) + [eos] for x in items]
-    asc = [sorted(x) + [eos] for x in items]
-    flipped = np.array([not (d == a_ or s == a_) for d, s, a_ in
-                        zip(desc, asc, (list(r[:len(x) + 1]) for r, x in zip(a, items)))])
-    assert not flipped.any()           # every answer is sorted one way or the other
-    wrong = [x[::-1] + [eos] if len(set(x)) > 1 else x + [eos] for x in items]
-    s = grader.score_completions(a, _as_completion(wrong, W))
-    assert s.sum() == sum(len(set(x)) <= 1 for x in items)
-    assert grader.score_completions(a, _as_completion([x for x in items], W)).sum() == 0     # no <eos>
+    assert all(x == sorted(x) or x == sorted(x, reverse=True) for x in items)   # an order code always applies
+    # the right items in the opposite order are wrong (unless the order cannot matter)
+    flipped = grader.score_completions(a, _as_completion([x[::-1] + [eos] for x in items], W))
+    assert flipped.sum() == sum(len(set(x)) == 1 for x in items)
+    # a missing <eos>, one item too many or too few: wrong
+    assert grader.score_completions(a, _as_completion(items, W)).sum() == 0
+    assert grader.score_completions(a, _as_completion([x + x[-1:] + [eos] for x in items], W)).sum() == 0
+    assert grader.score_completions(a, _as_completion([x[1:] + [eos] for x in items], W)).sum() == 0
+    with pytest.raises(ValueError):
+        grader.score_completions(a, a[:, :-1])
 
 
 def test_degenerate_outputs_do_not_beat_the_shipped_algorithm(grader, programs, val):
