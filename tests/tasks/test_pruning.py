@@ -5,7 +5,6 @@ the invalid path through the real evaluation worker, and one ci seed end to end.
 import json
 import math
 
-import numpy as np
 import pytest
 import torch
 import yaml
