@@ -75,7 +75,9 @@ def find(grader_dir: Path, key: Key) -> Record | None:
     a = r["anchors"]
     v = r.get("validation")
     return Record(key=Key(**r["key"]), anchors=Anchors(a["no_info"], a["baseline"], a["best"]),
-                  validation=Anchors(v["no_info"], v["baseline"], v["best"]) if v else None,
+                  # a numeric metric.best is the same on every split (records before that was stored say None)
+                  validation=Anchors(v["no_info"], v["baseline"], a["best"] if v["best"] is None else v["best"])
+                  if v else None,
                   phi_std=float(r["phi_std"]), train_wall_s=float(r["train_wall_s"]["max"]), match=match, raw=r)
 
 

@@ -67,7 +67,8 @@ def calibrate_ctx(ctx, workdir: Path, seeds: list[int] | None = None, progress: 
         "key": ctx.key.as_dict(),
         "anchors": {"no_info": ref["no_info"], "baseline": baseline, "best": best},
         "validation": ({"no_info": ref["validation_no_info"], "baseline": _phi_mean_raw(task, vals),
-                        "best": ref["validation_best"]} if vals and ref.get("validation_no_info") else None),
+                        "best": best if not isinstance(task.metric.best, str) else ref["validation_best"]}
+                       if vals and ref.get("validation_no_info") is not None else None),
         "seeds": seeds, "baseline_per_seed": raws,
         "phi_std": statistics.stdev(phis),
         "test_excess_se": max(se) if se else None,
