@@ -243,4 +243,4 @@ def test_ci_seed_trains_and_grades_end_to_end(compose_cfg, tmp_path):
     assert r["status"] == "graded", r.get("reason")
     cands = r["checkpoints"]["per_seed"][0]["candidates"]
     assert len(cands) == 3 and all(c["valid"] for c in cands)
-    assert abs(r["score"] - 0.1) < 0.08, r["score_per_seed"]
+    assert abs(r["score"] - 0.1) < 0.12, r["score_per_seed"]
