@@ -19,8 +19,8 @@ VOCAB = ENTITY0 + N_ENTITIES
 TEXT_LEN = 32
 
 # the facts, in a secret random order, are cut into these groups (sizes in facts)
-GROUPS = {"forget": 4000, "retain": 2000, "retain_validation": 500, "retain_selection": 500,
-          "retain_test": 5000}
+GROUPS = {"forget": 6000, "retain": 1000, "retain_validation": 250, "retain_selection": 250,
+          "retain_test": 4500}
 assert sum(GROUPS.values()) == N_ATTRS * N_ENTITIES
 
 

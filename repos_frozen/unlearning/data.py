@@ -62,8 +62,8 @@ class UnlearningData:
     """The forget set and the visible retain subset, served by index and metered."""
 
     def __init__(self, scale: str):
-        self.forget = load_array("forget")          # [4000, 4]
-        self.retain = load_array("retain")          # [2000, 4]
+        self.forget = load_array("forget")          # [6000, 4]
+        self.retain = load_array("retain")          # [1000, 4]
         self.budget = get_scale(scale).budget_examples
         self.served = 0
 
