@@ -1,0 +1,120 @@
+"""Hidden grader of the `sft` task: exact match of greedy final answers on hidden problems.
+
+Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
+evaluate_with_noise, uninformative(model), materialize(scale, dest). metric.best is 1.0.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from . import problems as P
+
+HERE = Path(__file__).resolve().parent
+SPLITS = {"selection": 1024, "test": 5000, "validation": 1024}     # problems
+TRAIN_EXAMPLES = {"ci": 4_096, "smoke": 24_576, "full": 8_388_608}
+PRETRAIN_ROWS = 8_192
+BATCH = 1024
+
+
+@dataclass(frozen=True)
+class Split:
+    rows: np.ndarray        # [N, SEQ_LEN] uint8: <bos> prompt completion <eos> <pad>...
+    prompt_len: np.ndarray  # [N]: tokens up to and including ':'
+    answers: list           # the right final value of each problem, as text
+
+
+def _secrets() -> dict:
+    return yaml.safe_load((HERE / "secrets.yaml").read_text())
+
+
+def _table() -> np.ndarray:
+    return P.operator_table(_secrets()["table"])
+
+
+def split(name: str, cfg=None) -> Split:
+    """A split of problems, regenerated from its secret seed."""
+    rows, plen, answers = P.problems(_table(), SPLITS[name], _secrets()[name])
+    return Split(rows, plen, answers)
+
+
+@torch.no_grad()
+def generate(model: torch.nn.Module, data: Split) -> list[str | None]:
+    """Greedy completion of every prompt (until <eos> or SEQ_LEN), as text; None where a logit
+    was not finite. Prompts of equal length are batched together, so no padding is needed."""
+    device = next(model.parameters()).device
+    out: list[str | None] = [None] * len(data.rows)
+    for L in sorted(set(data.prompt_len.tolist())):
+        rows = np.nonzero(data.prompt_len == L)[0]
+        for i in range(0, len(rows), BATCH):
+            idx = rows[i:i + BATCH]
+            x = torch.from_numpy(data.rows[idx, :L].astype(np.int64)).to(device)
+            res = model(input_ids=x, use_cache=True)
+            toks, finite, ended = [], torch.ones(len(idx), dtype=torch.bool, device=device), None
+            for t in range(P.SEQ_LEN - L):
+                logits = res.logits[:, -1].float()
+                finite &= torch.isfinite(logits).all(-1)
+                nxt = torch.nan_to_num(logits, nan=0.0).argmax(-1, keepdim=True)
+                toks.append(nxt)
+                ended = (nxt[:, 0] == P.EOS) if ended is None else ended | (nxt[:, 0] == P.EOS)
+                if t + 1 == P.SEQ_LEN - L or bool(ended.all()):
+                    break
+                res = model(input_ids=nxt, cache=res.cache, use_cache=True)
+            gen = torch.cat(toks, 1).cpu().numpy()
+            ok = finite.cpu().numpy()
+            for j, r, f in zip(idx, gen, ok):
+                out[j] = P.decode(r) if f else None
+    return out
+
+
+def final_answer(completion: str | None) -> str | None:
+    """The value after the last '>' of a completion, or None when it has none."""
+    if not completion or ">" not in completion:
+        return None
+    return completion[completion.rfind(">") + 1:]
+
+
+def correct(model: torch.nn.Module, data: Split) -> np.ndarray:
+    """[N] float64: 1 where the greedy final answer is exactly right (unparseable = wrong)."""
+    return np.array([float(final_answer(c) == a) for c, a in zip(generate(model, data), data.answers)])
+
+
+def evaluate(model: torch.nn.Module, split: Split, cfg=None) -> float:
+    """Exact match of greedy final answers (raw metric, higher is better, best 1.0)."""
+    return float(correct(model, split).mean())
+
+
+def evaluate_with_noise(model: torch.nn.Module, split: Split, cfg=None) -> tuple[float, float]:
+    """(exact match, standard error of the per-problem excess over the perfect solver)."""
+    c = correct(model, split)
+    return float(c.mean()), float((1.0 - c).std(ddof=1) / math.sqrt(len(c)))
+
+
+def uninformative(model: torch.nn.Module) -> torch.nn.Module:
+    """The no-information model: every parameter zero, so every logit is 0 (it writes <pad>)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    return model
+
+
+def materialize(scale: str, dest: Path) -> dict:
+    """Write the training split of `scale`, the validation split and the pretraining corpus."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    s, table = _secrets(), _table()
+    files = {f"train_{scale}.u8": P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0],
+             "val.u8": P.problems(table, SPLITS["validation"], s["validation"])[0],
+             "pretrain.u8": P.facts(table, PRETRAIN_ROWS, s["pretrain"])}
+    sums = {}
+    for name, arr in files.items():
+        raw = np.ascontiguousarray(arr).tobytes()
+        (dest / name).write_bytes(raw)
+        sums[name] = hashlib.sha256(raw).hexdigest()
+    return sums

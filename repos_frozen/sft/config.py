@@ -1,0 +1,61 @@
+"""Vocabulary, sequence format and per-scale sizes and budgets. Protected: the grader reads the same.
+
+A problem starts from a value and applies a chain of 6 operators; the model writes one
+worked step per operator, then the final answer:
+
+    <bos> Chcabch:Ch=7;7c=5;5a=5;5b=1;1c=8;8h=5;>5 <eos>
+          prompt |completion (starts after ':')
+
+Values are 0-9A-F; each operator `a`..`z` is a fixed permutation of the values (one
+"x op = y;" fact per value and operator, learned in part by the prepared base model from
+data/pretrain.u8; operators differ in frequency). Every sequence is padded with <pad> to SEQ_LEN.
+"""
+from dataclasses import dataclass
+
+PAD, BOS, EOS = 0, 1, 2
+VALUES = "0123456789ABCDEF"
+OPERATORS = "abcdefghijklmnopqrstuvwxyz"
+CHARS = VALUES + OPERATORS + "=;:>"       # ':' ends the prompt, '>' precedes the final answer
+VOCAB = 3 + len(CHARS)                    # 49 tokens: <pad> <bos> <eos> then CHARS
+SEQ_LEN = 64
+STOI = {c: i + 3 for i, c in enumerate(CHARS)}
+ITOS = {i + 3: c for i, c in enumerate(CHARS)}
+PROMPT_END = STOI[":"]
+ANSWER_MARK = STOI[">"]
+
+
+def encode(text: str) -> list[int]:
+    return [STOI[c] for c in text]
+
+
+def decode(ids) -> str:
+    """Token ids -> text, stopping at <eos>; <pad>/<bos> show as '_'."""
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == EOS:
+            break
+        out.append(ITOS.get(i, "_"))
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Scale:
+    n_layer: int
+    n_embd: int
+    n_head: int
+    budget_examples: int    # worked solutions the training split serves in one run (the data budget)
+    pretrain_steps: int     # prepare.py: steps of the base model's pretraining (batches of 32)
+
+
+SCALES = {
+    "ci": Scale(n_layer=2, n_embd=64, n_head=4, budget_examples=4_096, pretrain_steps=1_000),
+    "smoke": Scale(n_layer=2, n_embd=64, n_head=4, budget_examples=24_576, pretrain_steps=1_000),
+    "full": Scale(n_layer=6, n_embd=384, n_head=6, budget_examples=8_388_608, pretrain_steps=20_000),
+}
+
+
+def get_scale(name: str) -> Scale:
+    if name not in SCALES:
+        raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
+    return SCALES[name]

@@ -1,0 +1,88 @@
+"""The data: fixed, offline splits of tokenized worked solutions, checksummed. Protected.
+
+Each split file `data/<name>.u8` holds uint8 token ids, one sequence of SEQ_LEN per row
+(see config.py for the format): `train_<scale>` (worked solutions for SFT), `val` (the
+visible validation problems with their solutions) and `pretrain` (single-step facts, the
+base model's corpus). The training split is served through `TrainingSplit`, which meters
+what it serves: one run may draw at most `budget_examples` sequences (repeats count again).
+At `ci` and `smoke` this meter, not the wall clock, is the budget.
+"""
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from config import PAD, PROMPT_END, SEQ_LEN, get_scale
+
+REPO = Path(__file__).resolve().parent
+
+
+def data_dir() -> Path:
+    # The grader may point at a cache holding large (full-scale) splits.
+    return Path(os.environ.get("SFT_DATA_DIR", REPO / "data"))
+
+
+def _checksums() -> dict:
+    """sha256 of each split: data/SHA256SUMS, plus the grader's cache listing for full-scale splits."""
+    sums = {}
+    for listing in dict.fromkeys([REPO / "data" / "SHA256SUMS", data_dir() / "SHA256SUMS"]):
+        if listing.exists():
+            for line in listing.read_text().splitlines():
+                digest, name = line.split()
+                sums.setdefault(name, digest)      # the repo's own listing wins
+    return sums
+
+
+def load_sequences(name: str) -> torch.Tensor:
+    """A split file `<name>.u8` as int64 [N, SEQ_LEN], after checking its sha256."""
+    path = data_dir() / f"{name}.u8"
+    if not path.exists():
+        path = REPO / "data" / f"{name}.u8"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing (the grader's training run has no validation data)")
+    raw = path.read_bytes()
+    expected = _checksums().get(path.name)
+    if expected is None or hashlib.sha256(raw).hexdigest() != expected:
+        raise RuntimeError(f"{path}: checksum does not match data/SHA256SUMS")
+    arr = np.frombuffer(raw, dtype=np.uint8).reshape(-1, SEQ_LEN)
+    return torch.from_numpy(arr.astype(np.int64))
+
+
+def prompt_lengths(tokens: torch.Tensor) -> torch.Tensor:
+    """[B, T] -> [B]: tokens up to and including ':' (<bos> and the prompt); the completion follows."""
+    return (tokens == PROMPT_END).int().argmax(dim=1) + 1
+
+
+def completion_mask(tokens: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool: True on the completion (worked steps, answer, <eos>), False on prompt and padding."""
+    pos = torch.arange(tokens.shape[1], device=tokens.device)
+    return (pos[None, :] >= prompt_lengths(tokens)[:, None]) & (tokens != PAD)
+
+
+class BudgetExhausted(RuntimeError):
+    """Raised when a run asks for more training examples than its scale's budget."""
+
+
+class TrainingSplit:
+    """The SFT training split of a scale, served by index and metered."""
+
+    def __init__(self, scale: str):
+        self.sequences = load_sequences(f"train_{scale}")    # [N, SEQ_LEN]
+        self.budget = get_scale(scale).budget_examples
+        self.served = 0
+
+    def __len__(self) -> int:
+        return self.sequences.shape[0]
+
+    @property
+    def remaining(self) -> int:
+        return self.budget - self.served
+
+    def get(self, idx: torch.Tensor) -> torch.Tensor:
+        """Sequences at `idx` ([B] int64) -> [B, SEQ_LEN]; counts B against the budget."""
+        if self.served + len(idx) > self.budget:
+            raise BudgetExhausted(f"budget of {self.budget} examples is spent")
+        self.served += len(idx)
+        return self.sequences[idx]
