@@ -23,6 +23,12 @@ def grader():
 
 
 @pytest.fixture(scope="module")
+def G(grader):
+    """The grader's own module (Split, the operator table)."""
+    return sys.modules[grader.__name__ + ".grader"]
+
+
+@pytest.fixture(scope="module")
 def P(grader):
     return sys.modules[grader.__name__ + ".problems"]
 
@@ -30,6 +36,12 @@ def P(grader):
 @pytest.fixture(scope="module")
 def val(grader):
     return grader.split("validation")
+
+
+@pytest.fixture(scope="module")
+def few(G, val):
+    """The first 160 validation problems (the scripted models below are slow Python)."""
+    return G.Split(val.rows[:160], val.prompt_len[:160], val.answers[:160])
 
 
 _REPO_MODULES = ("config", "model", "data", "checkpoint")
@@ -131,22 +143,22 @@ def test_hidden_splits_are_disjoint_and_large(grader):
     assert not np.array_equal(sel.rows[:100], test.rows[:100])
     # the final answers are spread over all values (a constant guess gets about 1/16)
     counts = np.unique(test.answers, return_counts=True)[1]
-    assert len(counts) == 16 and counts.max() / len(test.answers) < 0.1
+    assert len(counts) == 16 and counts.max() / len(test.answers) < 0.08
 
 
-def test_perfect_model_scores_one_and_uninformative_scores_zero(grader, P, val, repo_modules):
-    table = grader._table()
-    assert grader.evaluate(ScriptedLM(P, lambda p: _solve(P, table, p)), val) == 1.0
-    acc, se = grader.evaluate_with_noise(ScriptedLM(P, lambda p: _solve(P, table, p)), val)
+def test_perfect_model_scores_one_and_uninformative_scores_zero(grader, G, P, val, few, repo_modules):
+    table = G._table()
+    assert grader.evaluate(ScriptedLM(P, lambda p: _solve(P, table, p)), few) == 1.0
+    acc, se = grader.evaluate_with_noise(ScriptedLM(P, lambda p: _solve(P, table, p)), few)
     assert acc == 1.0 and se == 0.0
     # right answer without the worked steps still counts (the metric reads the final answer)
-    assert grader.evaluate(ScriptedLM(P, lambda p: ">" + _solve(P, table, p)[-1]), val) == 1.0
+    assert grader.evaluate(ScriptedLM(P, lambda p: ">" + _solve(P, table, p)[-1]), few) == 1.0
     zero = grader.uninformative(repo_modules.model.build_model("ci")).eval()
     assert grader.evaluate(zero, val) == 0.0
 
 
-def test_degenerate_outputs_score_no_better_than_the_shipped_algorithm(grader, P, val):
-    table = grader._table()
+def test_degenerate_outputs_score_no_better_than_the_shipped_algorithm(grader, G, P, few):
+    table = G._table()
     right = lambda p: _solve(P, table, p)  # noqa: E731
     cases = {
         "empty": lambda p: "",
@@ -161,10 +173,10 @@ def test_degenerate_outputs_score_no_better_than_the_shipped_algorithm(grader, P
     }
     base = _baseline()
     for name, policy in cases.items():
-        acc = grader.evaluate(ScriptedLM(P, policy), val)
-        assert acc < 0.1 and acc < base, (name, acc)
+        acc = grader.evaluate(ScriptedLM(P, policy), few)
+        assert acc < 0.12 and acc < base, (name, acc)
     for bad in (float("nan"), float("inf")):
-        assert grader.evaluate(ScriptedLM(P, right, logit=bad), val) == 0.0, bad
+        assert grader.evaluate(ScriptedLM(P, right, logit=bad), few) == 0.0, bad
 
 
 def test_ci_seed_trains_and_grades_end_to_end(compose_cfg, tmp_path):
