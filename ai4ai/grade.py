@@ -66,10 +66,11 @@ class GradeSetup:
 
 @contextmanager
 def device_lock(device: str, threads: int = 0):
-    """One grading (or proxy run) per device at a time, across processes.
+    """Gradings (and proxy runs) share a device only as far as its cores go, across processes.
 
-    A CPU is shared out in slots of `threads` cores: a 2-core host grading 1-thread tasks runs
-    two at once, each on its own core; 2-thread tasks take the whole host. A GPU is one slot.
+    A CPU is shared out in one-core slots and a grading of `threads` threads holds that many:
+    a 2-core host grades two 1-thread tasks at once, and a 2-thread task takes the whole host.
+    A GPU is one slot. (Single-slot waiters poll, so a stream of them can delay a multi-slot one.)
     """
     lock_dir = PROJECT_ROOT / "outputs" / ".locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
