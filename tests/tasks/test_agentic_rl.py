@@ -2,17 +2,17 @@
 import importlib
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.check_task import Report, contract_checks
 from ai4ai.hidden import load_grader
 from ai4ai.task import load_task
+
+from . import calibrated
 
 TASK = "agentic_rl"
 REPO = PROJECT_ROOT / "repos_frozen" / TASK
@@ -40,14 +40,8 @@ def grader(repo):
 
 
 def _baseline_rate() -> float:
-    """The calibrated shipped solve rate at smoke, or a conservative stand-in before calibration."""
-    path = PROJECT_ROOT / "grader_hidden" / TASK / "anchors.yaml"
-    if path.exists():
-        recs = [r for r in (yaml.safe_load(path.read_text()) or {}).get("records", [])
-                if r["key"]["scale"] == "smoke"]
-        if recs:
-            return min(r["anchors"]["baseline"] for r in recs)
-    return 0.45
+    """The calibrated shipped solve rate at smoke (current task version)."""
+    return calibrated.baseline(TASK)
 
 
 class Scripted(torch.nn.Module):
@@ -177,9 +171,9 @@ def test_uninformative_is_the_random_policy(repo, grader):
     other = env.solved_mask(Constant([0.0] * 4), levels, s.max_steps, 12345).mean()
     assert abs(other - rate) < 4 * np.sqrt(rate * (1 - rate) / val["levels"]) + 1e-9
     # and the calibrated 0 anchor (the same policy on the hidden test levels) is the same rate
-    path = PROJECT_ROOT / "grader_hidden" / TASK / "anchors.yaml"
-    for rec in (yaml.safe_load(path.read_text()) or {}).get("records", []) if path.exists() else []:
-        assert abs(rec["anchors"]["no_info"] - rate) < 4 * np.sqrt(rate * (1 - rate) / val["levels"])
+    for scale in ("ci", "smoke"):
+        no_info = calibrated.anchors(TASK, scale).no_info
+        assert abs(no_info - rate) < 4 * np.sqrt(rate * (1 - rate) / val["levels"])
 
 
 def test_perfect_policy_scores_one(repo, grader):

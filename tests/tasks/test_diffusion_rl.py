@@ -6,12 +6,13 @@ import sys
 
 import pytest
 import torch
-import yaml
 
 from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.check_task import Report, contract_checks
 from ai4ai.hidden import load_grader
 from ai4ai.task import load_task
+
+from . import calibrated
 
 TASK = "diffusion_rl"
 REPO = PROJECT_ROOT / "repos_frozen" / TASK
@@ -45,14 +46,8 @@ def real_b(grader):
 
 
 def _baseline() -> float:
-    """The calibrated shipped hidden reward at smoke (lowest record), or a stand-in before calibration."""
-    path = PROJECT_ROOT / "grader_hidden" / TASK / "anchors.yaml"
-    if path.exists():
-        recs = [r for r in (yaml.safe_load(path.read_text()) or {}).get("records", [])
-                if r["key"]["scale"] == "smoke"]
-        if recs:
-            return min(r["anchors"]["baseline"] for r in recs)
-    return 0.2
+    """The calibrated shipped hidden reward at smoke (current task version)."""
+    return calibrated.baseline(TASK)
 
 
 def _prepared(repo, scale="ci"):

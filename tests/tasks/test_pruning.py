@@ -7,13 +7,14 @@ import math
 
 import pytest
 import torch
-import yaml
 from safetensors.torch import save_file
 
 from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.check_task import Report, contract_checks
 from ai4ai.hidden import load_grader
 from ai4ai.task import load_task
+
+from . import calibrated
 
 TASK = "pruning"
 V = 32
@@ -53,14 +54,9 @@ def _magnitude(G, sparsity=0.75):
     return m
 
 
-def _baseline_ppl(G, text) -> float:
-    """The shipped algorithm's perplexity: calibrated at smoke (test split) if recorded, else measured here."""
-    path = PROJECT_ROOT / "grader_hidden" / TASK / "anchors.yaml"
-    if path.exists():
-        recs = [r for r in (yaml.safe_load(path.read_text()) or {}).get("records", []) if r["key"]["scale"] == "smoke"]
-        if recs:
-            return max(r["anchors"]["baseline"] for r in recs)
-    return math.exp(float(G._nll(_magnitude(G), text).mean()))
+def _baseline_ppl() -> float:
+    """The shipped algorithm's calibrated perplexity at smoke (current task version)."""
+    return calibrated.baseline(TASK)
 
 
 def test_task_composes_and_contract_checks_pass():
@@ -209,7 +205,7 @@ def test_sign_of_zero_counts_bit_for_bit(grader, G, text):
 
 
 def test_degenerate_prunings_do_not_beat_the_shipped_baseline(grader, G, text):
-    base = _baseline_ppl(G, text)
+    base = _baseline_ppl()
     cases = {}
     m = _dense(G)                                   # every prunable weight pruned to zero
     with torch.no_grad():

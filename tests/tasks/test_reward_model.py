@@ -1,17 +1,17 @@
 """The reward_model task: contract, hidden metric on hand-made rewards, and one ci seed end to end."""
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.check_task import Report, contract_checks
 from ai4ai.hidden import load_grader
 from ai4ai.task import load_task
+
+from . import calibrated
 
 TASK = "reward_model"
 SEQ = 24
@@ -34,14 +34,8 @@ def val(grader):
 
 
 def _baseline_accuracy() -> float:
-    """The calibrated shipped accuracy at smoke (any record), or a conservative stand-in before calibration."""
-    path = PROJECT_ROOT / "grader_hidden" / TASK / "anchors.yaml"
-    if path.exists():
-        recs = [r for r in (yaml.safe_load(path.read_text()) or {}).get("records", [])
-                if r["key"]["scale"] == "smoke"]
-        if recs:
-            return min(r["anchors"]["baseline"] for r in recs)
-    return 0.6
+    """The calibrated shipped accuracy at smoke (current task version)."""
+    return calibrated.baseline(TASK)
 
 
 def test_task_composes_and_contract_checks_pass():

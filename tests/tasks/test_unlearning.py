@@ -10,12 +10,13 @@ import sys
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.check_task import Report, contract_checks
 from ai4ai.hidden import load_grader
 from ai4ai.task import load_task
+
+from . import calibrated
 
 TASK = "unlearning"
 REPO = PROJECT_ROOT / "repos_frozen" / TASK
@@ -62,13 +63,8 @@ def _prepared():
 
 
 def _baseline() -> float:
-    """The shipped algorithm's calibrated metric at smoke, else a conservative stand-in."""
-    path = PROJECT_ROOT / "grader_hidden" / TASK / "anchors.yaml"
-    if path.exists():
-        recs = [r for r in (yaml.safe_load(path.read_text()) or {}).get("records", []) if r["key"]["scale"] == "smoke"]
-        if recs:
-            return min(r["anchors"]["baseline"] for r in recs)
-    return 0.2
+    """The shipped algorithm's calibrated metric at smoke (current task version)."""
+    return calibrated.baseline(TASK)
 
 
 def test_task_composes_and_contract_checks_pass():

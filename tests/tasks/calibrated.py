@@ -1,0 +1,39 @@
+"""The calibrated anchors a task's tests compare against (degenerate outputs must not beat the shipped
+algorithm, the 0 anchor must be what the grader computes, ...).
+
+Only records of the task's current version count: a record of an older version describes a repo
+or grader that no longer exists. Prefer the record this machine would use (same device class and
+torch minor, as `python -m ai4ai.run` looks it up); any record of the current version will do
+as a comparison bar on another machine or torch.
+"""
+from __future__ import annotations
+
+import yaml
+
+from ai4ai import anchors as anchor_store
+from ai4ai.provenance import device_class, task_version, torch_minor
+from ai4ai.task import load_task
+
+
+def anchors(task_name: str, scale: str = "smoke") -> anchor_store.Anchors:
+    task = load_task(task_name)
+    version = task_version(task)
+    key = anchor_store.Key(task=task.name, scale=scale, task_version=version,
+                           device_class=device_class("cpu", task.scale(scale).threads), torch=torch_minor())
+    rec = anchor_store.find(task.grader, key)
+    if rec is not None:
+        return rec.anchors
+    path = anchor_store.anchors_path(task.grader)
+    recs = (yaml.safe_load(path.read_text()) or {}).get("records", []) if path.exists() else []
+    for r in recs:
+        if r["key"]["scale"] == scale and r["key"]["task_version"] == version:
+            a = r["anchors"]
+            return anchor_store.Anchors(a["no_info"], a["baseline"], a["best"])
+    raise AssertionError(f"{task_name} has no {scale} anchors for its current version {version} (the repo, "
+                         f"grader or task config changed since calibration): run "
+                         f"`python -m ai4ai.calibrate task={task_name} scale={scale}`")
+
+
+def baseline(task_name: str, scale: str = "smoke") -> float:
+    """The shipped algorithm's calibrated metric (raw units) at `scale`."""
+    return anchors(task_name, scale).baseline
