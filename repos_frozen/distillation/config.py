@@ -30,10 +30,10 @@ class Scale:
 
 
 SCALES = {
-    "ci": Scale(n_layer=2, n_embd=32, n_head=2, teacher_layer=3, teacher_embd=64, teacher_head=4,
+    "ci": Scale(n_layer=1, n_embd=32, n_head=2, teacher_layer=3, teacher_embd=64, teacher_head=4,
                 teacher_steps=600, budget_prompts=512, budget_teacher_tokens=40_000),
-    "smoke": Scale(n_layer=2, n_embd=32, n_head=2, teacher_layer=3, teacher_embd=64, teacher_head=4,
-                   teacher_steps=1_500, budget_prompts=1_024, budget_teacher_tokens=80_000),
+    "smoke": Scale(n_layer=1, n_embd=32, n_head=2, teacher_layer=3, teacher_embd=64, teacher_head=4,
+                   teacher_steps=2_500, budget_prompts=2_048, budget_teacher_tokens=160_000),
     "full": Scale(n_layer=4, n_embd=128, n_head=4, teacher_layer=8, teacher_embd=384, teacher_head=6,
                   teacher_steps=40_000, budget_prompts=65_536, budget_teacher_tokens=5_000_000),
 }
