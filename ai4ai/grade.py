@@ -70,7 +70,8 @@ def device_lock(device: str, threads: int = 0):
 
     A CPU is shared out in one-core slots and a grading of `threads` threads holds that many:
     a 2-core host grades two 1-thread tasks at once, and a 2-thread task takes the whole host.
-    A GPU is one slot. (Single-slot waiters poll, so a stream of them can delay a multi-slot one.)
+    A GPU is one slot. Waiters queue at a gate first and take their slots while holding it, so
+    a stream of 1-thread gradings cannot overtake a 2-thread one that is waiting for both cores.
     """
     lock_dir = PROJECT_ROOT / "outputs" / ".locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
@@ -82,13 +83,15 @@ def device_lock(device: str, threads: int = 0):
     need = min(total, threads) if cpu else 1
     files = [open(lock_dir / (f"{name}.lock" + (f".{i}" if i else "")), "w") for i in range(total)]
     try:
-        if need == 1:       # any free slot
-            while not any(_try_lock(f) for f in files):
-                time.sleep(0.5)
-        else:               # several slots, always taken in the same order (no deadlock)
-            for f in files[:need]:
-                fcntl.flock(f, fcntl.LOCK_EX)
-        yield
+        with open(lock_dir / f"{name}.gate", "w") as gate:
+            fcntl.flock(gate, fcntl.LOCK_EX)        # one waiter at a time takes slots; others queue here
+            if need == 1:       # any free slot
+                while not any(_try_lock(f) for f in files):
+                    time.sleep(0.5)
+            else:               # several slots, always taken in the same order (no deadlock)
+                for f in files[:need]:
+                    fcntl.flock(f, fcntl.LOCK_EX)
+        yield                                       # the gate is closed (released) before the work
     finally:
         for f in files:
             f.close()

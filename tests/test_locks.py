@@ -55,3 +55,14 @@ def test_a_gpu_is_one_slot(monkeypatch, tmp_path):
     monkeypatch.setattr(grade, "PROJECT_ROOT", tmp_path)
     log = _run([("cuda", 1, 0.4), ("cuda", 1, 0.3)])
     assert not _overlap(log, 0, 1)
+
+
+def test_one_thread_gradings_do_not_overtake_a_waiting_whole_host_one(monkeypatch, tmp_path):
+    monkeypatch.setattr(grade, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(grade.os, "cpu_count", lambda: 2)
+    # job 0 holds one core; job 1 (both cores) arrives next and waits; jobs 2 and 3 arrive later and
+    # would find the other core free: they must queue behind job 1
+    log = _run([("cpu", 1, 0.8), ("cpu", 2, 0.3), ("cpu", 1, 0.2), ("cpu", 1, 0.2)])
+    t = {(n, e): s for n, e, s in log}
+    assert t[(1, "in")] < t[(2, "in")] and t[(1, "in")] < t[(3, "in")]
+    assert _most_at_once(log) <= 2
