@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 PAD, BOS, EOS = 0, 1, 2
-VALUES = "0123456789ABCDEF"
+VALUES = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 OPERATORS = "abcdefghijklmnopqrstuvwxyz"
 CHARS = VALUES + OPERATORS + "=;:>"
 STOI = {c: i + 3 for i, c in enumerate(CHARS)}
@@ -15,8 +15,9 @@ ITOS = {i + 3: c for i, c in enumerate(CHARS)}
 SEQ_LEN = 64
 K_MIN, K_MAX = 6, 6                     # operators per problem
 M, N_OPS = len(VALUES), len(OPERATORS)
-# operator frequencies follow Zipf's law (operator `a` is the most common, `p` the rarest),
-# in problems and in the pretraining facts alike: rare operators take longer to learn
+# operator frequencies follow Zipf's law (operator `a` is the most common, `z` the rarest),
+# in problems and in the pretraining facts alike: 36 x 26 = 936 facts, the rare ones seen
+# only a few dozen times in a smoke run's training split, so learning them is the bottleneck
 OP_PROBS = 1.0 / np.arange(1, N_OPS + 1)
 OP_PROBS /= OP_PROBS.sum()
 
@@ -74,12 +75,18 @@ def problems(table: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarr
 
 
 def facts(table: np.ndarray, n: int, seed: int) -> np.ndarray:
-    """Pretraining corpus: n rows of random single-step facts '5h=4;' packed after <bos>."""
+    """Pretraining corpus: n rows of random single-step facts '5h=4;' after <bos>. Most rows
+    start with a random problem-like prompt ('7cahb:', 1-8 operators; never solved) so the
+    base model reads facts at any position and after a prompt; the facts are unrelated to it."""
     rng = np.random.default_rng(seed)
     rows = np.full((n, SEQ_LEN), PAD, np.uint8)
-    per_row = (SEQ_LEN - 1) // 5
+    per_row = SEQ_LEN // 5 + 1
     for i in range(n):
         xs, os_ = rng.integers(0, M, size=per_row), rng.choice(N_OPS, size=per_row, p=OP_PROBS)
-        ids = [BOS] + [t for x, o in zip(xs, os_) for t in encode(step_text(table, int(x), int(o)))]
+        ids = [t for x, o in zip(xs, os_) for t in encode(step_text(table, int(x), int(o)))]
+        k = int(rng.integers(0, K_MAX + 3))
+        prefix = "" if k == 0 else (VALUES[int(rng.integers(0, M))]
+                                    + "".join(OPERATORS[int(o)] for o in rng.choice(N_OPS, size=k, p=OP_PROBS)) + ":")
+        ids = ([BOS] + encode(prefix) + ids)[:SEQ_LEN]
         rows[i, :len(ids)] = ids
     return rows

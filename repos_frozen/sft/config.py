@@ -6,17 +6,17 @@ worked step per operator, then the final answer:
     <bos> Chcabch:Ch=7;7c=5;5a=5;5b=1;1c=8;8h=5;>5 <eos>
           prompt |completion (starts after ':')
 
-Values are 0-9A-F; each operator `a`..`z` is a fixed permutation of the values (one
-"x op = y;" fact per value and operator, learned in part by the prepared base model from
-data/pretrain.u8; operators differ in frequency). Every sequence is padded with <pad> to SEQ_LEN.
+Values are 0-9A-Z (36); each operator `a`..`z` is a fixed permutation of the values (one
+"x op = y;" fact per value and operator, 936 in all, learned in part by the prepared base
+model from data/pretrain.u8; operators differ in frequency). Every sequence is padded with <pad> to SEQ_LEN.
 """
 from dataclasses import dataclass
 
 PAD, BOS, EOS = 0, 1, 2
-VALUES = "0123456789ABCDEF"
+VALUES = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 OPERATORS = "abcdefghijklmnopqrstuvwxyz"
 CHARS = VALUES + OPERATORS + "=;:>"       # ':' ends the prompt, '>' precedes the final answer
-VOCAB = 3 + len(CHARS)                    # 49 tokens: <pad> <bos> <eos> then CHARS
+VOCAB = 3 + len(CHARS)                    # 69 tokens: <pad> <bos> <eos> then CHARS
 SEQ_LEN = 64
 STOI = {c: i + 3 for i, c in enumerate(CHARS)}
 ITOS = {i + 3: c for i, c in enumerate(CHARS)}

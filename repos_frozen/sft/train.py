@@ -3,8 +3,8 @@
     python train.py --out DIR --seed N --scale {ci,smoke,full} --budget-s T --device {cpu,cuda}
 
 Shipped algorithm: supervised fine-tuning with next-token cross-entropy on the whole sequence
-(prompt and completion; padding excluded), AdamW at a constant learning rate, batches of 32,
-one pass over the training split. Writes DIR/ckpt_{step:08d}.safetensors (the last three are
+(prompt and completion; padding excluded), AdamW at a constant learning rate, gradient norm
+clipped at 1.0, batches of 16, one pass over the training split. Writes DIR/ckpt_{step:08d}.safetensors (the last three are
 kept; the grader picks among them). The data budget is metered by data.TrainingSplit; the
 wall clock (--budget-s) is a safety net at ci/smoke and the binding cap at full.
 """
@@ -18,10 +18,11 @@ from config import PAD
 from data import TrainingSplit
 from model import build_model, load_base
 
-LR = 1e-3            # a common fine-tuning rate for a GPT this small (not swept on this task)
+LR = 2e-3            # constant; swept at smoke (batch 16): 1e-3 slow; 3e-3 and 5e-3 stall on some seeds
 BETAS = (0.9, 0.95)
 WEIGHT_DECAY = 0.1
-BATCH_SIZE = 32      # sequences per optimizer step
+CLIP = 1.0           # max gradient norm
+BATCH_SIZE = 16      # sequences per optimizer step (16 beat 32 at the same number of examples)
 N_SAVES = 8          # checkpoints over the run (the last three are kept)
 
 # ----------------------------------------------------------------------------- setup
@@ -56,6 +57,7 @@ for step in range(total_steps):
     labels = batch.masked_fill(batch == PAD, -100)                     # every real token, prompt included
     loss = model(input_ids=batch, labels=labels).loss                  # mean next-token CE
     loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     done = step + 1

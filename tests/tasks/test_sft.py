@@ -137,13 +137,13 @@ def test_committed_files_regenerate(grader, P, repo_modules, val, tmp_path):
         assert not m[:L].any() and m[L:].sum() == (r[L:] != P.PAD).sum()
 
 
-def test_hidden_splits_are_disjoint_and_large(grader):
-    assert grader.SPLITS["test"] >= 4000
+def test_hidden_splits_are_disjoint_and_large(grader, P):
+    assert grader.SPLITS["test"] >= 10000
     sel, test = grader.split("selection"), grader.split("test")
     assert not np.array_equal(sel.rows[:100], test.rows[:100])
-    # the final answers are spread over all values (a constant guess gets about 1/16)
+    # the final answers are spread over all 36 values (a constant guess gets about 1/36)
     counts = np.unique(test.answers, return_counts=True)[1]
-    assert len(counts) == 16 and counts.max() / len(test.answers) < 0.08
+    assert len(counts) == P.M == 36 and counts.max() / len(test.answers) < 0.05
 
 
 def test_perfect_model_scores_one_and_uninformative_scores_zero(grader, G, P, val, few, repo_modules):
@@ -168,7 +168,7 @@ def test_degenerate_outputs_score_no_better_than_the_shipped_algorithm(grader, G
         "steps but no answer": lambda p: right(p)[:-2],
         "answer then junk": lambda p: right(p) + "0",
         "answer without the marker": lambda p: right(p).replace(">", ";"),
-        "two answers, last wrong": lambda p: right(p) + ">" + P.VALUES[(P.VALUES.index(right(p)[-1]) + 1) % 16],
+        "two answers, last wrong": lambda p: right(p) + ">" + P.VALUES[(P.VALUES.index(right(p)[-1]) + 1) % P.M],
         "copy of the prompt": lambda p: p,
     }
     base = _baseline()
