@@ -6,12 +6,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.check_task import Report, contract_checks
 from ai4ai.hidden import load_grader
 from ai4ai.task import load_task
+
+from . import calibrated
 
 TASK = "sft"
 REPO = PROJECT_ROOT / "repos_frozen" / TASK
@@ -65,14 +66,8 @@ def repo_modules():
 
 
 def _baseline() -> float:
-    """The calibrated shipped exact match at smoke (lowest record), or a stand-in before calibration."""
-    path = PROJECT_ROOT / "grader_hidden" / TASK / "anchors.yaml"
-    if path.exists():
-        recs = [r for r in (yaml.safe_load(path.read_text()) or {}).get("records", [])
-                if r["key"]["scale"] == "smoke"]
-        if recs:
-            return min(r["anchors"]["baseline"] for r in recs)
-    return 0.2
+    """The calibrated shipped exact match at smoke (current task version)."""
+    return calibrated.baseline(TASK)
 
 
 class ScriptedLM(torch.nn.Module):
