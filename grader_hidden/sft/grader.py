@@ -111,7 +111,7 @@ def materialize(scale: str, dest: Path) -> dict:
     s, table = _secrets(), _table()
     files = {f"train_{scale}.u8": P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0],
              "val.u8": P.problems(table, SPLITS["validation"], s["validation"])[0],
-             "pretrain.u8": P.facts(table, PRETRAIN_ROWS, s["pretrain"])}
+             "pretrain.u8": P.warmup(table, PRETRAIN_ROWS, s["pretrain"])}
     sums = {}
     for name, arr in files.items():
         raw = np.ascontiguousarray(arr).tobytes()

@@ -46,9 +46,9 @@ def step_text(table: np.ndarray, x: int, o: int) -> str:
     return f"{VALUES[x]}{OPERATORS[o]}={VALUES[table[o, x]]};"
 
 
-def problem(table: np.ndarray, rng: np.random.Generator) -> tuple[str, str, str]:
+def problem(table: np.ndarray, rng: np.random.Generator, k_min: int = K_MIN) -> tuple[str, str, str]:
     """(prompt, completion, answer): e.g. ('5hjab:', '5h=4;4j=2;2a=2;2b=5;>5', '5')."""
-    k = int(rng.integers(K_MIN, K_MAX + 1))
+    k = int(rng.integers(k_min, K_MAX + 1))
     x = int(rng.integers(0, M))
     ops = [int(o) for o in rng.choice(N_OPS, size=k, p=OP_PROBS)]
     prompt = VALUES[x] + "".join(OPERATORS[o] for o in ops) + ":"
@@ -74,19 +74,16 @@ def problems(table: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarr
     return rows, plen, answers
 
 
-def facts(table: np.ndarray, n: int, seed: int) -> np.ndarray:
-    """Pretraining corpus: n rows of random single-step facts '5h=4;' after <bos>. Most rows
-    start with a random problem-like prompt ('7cahb:', 1-8 operators; never solved) so the
-    base model reads facts at any position and after a prompt; the facts are unrelated to it."""
+def warmup(table: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """Pretraining corpus: n worked problems of 1 to 6 operators, in the fine-tuning format.
+
+    The base model learns the format and how to follow a chain from it, so fine-tuning starts
+    from a model that already works chains out and only lacks facts: no seed-dependent moment at
+    which the format "clicks" (which made exact match after fine-tuning swing with the seed)."""
     rng = np.random.default_rng(seed)
     rows = np.full((n, SEQ_LEN), PAD, np.uint8)
-    per_row = SEQ_LEN // 5 + 1
     for i in range(n):
-        xs, os_ = rng.integers(0, M, size=per_row), rng.choice(N_OPS, size=per_row, p=OP_PROBS)
-        ids = [t for x, o in zip(xs, os_) for t in encode(step_text(table, int(x), int(o)))]
-        k = int(rng.integers(0, K_MAX + 3))
-        prefix = "" if k == 0 else (VALUES[int(rng.integers(0, M))]
-                                    + "".join(OPERATORS[int(o)] for o in rng.choice(N_OPS, size=k, p=OP_PROBS)) + ":")
-        ids = ([BOS] + encode(prefix) + ids)[:SEQ_LEN]
+        prompt, completion, _ = problem(table, rng, k_min=1)
+        ids = [BOS] + encode(prompt + completion) + [EOS]
         rows[i, :len(ids)] = ids
     return rows

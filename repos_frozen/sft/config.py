@@ -7,8 +7,8 @@ worked step per operator, then the final answer:
           prompt |completion (starts after ':')
 
 Values are 0-9A-Z (36); each operator `a`..`z` is a fixed permutation of the values (one
-"x op = y;" fact per value and operator, 936 in all, learned in part by the prepared base
-model from data/pretrain.u8; operators differ in frequency). Every sequence is padded with <pad> to SEQ_LEN.
+"x op = y;" fact per value and operator, 936 in all; operators differ in frequency). The
+prepared base model learned the format and the common facts from data/pretrain.u8. Every sequence is padded with <pad> to SEQ_LEN.
 """
 from dataclasses import dataclass
 

@@ -2,8 +2,8 @@
 
 Each split file `data/<name>.u8` holds uint8 token ids, one sequence of SEQ_LEN per row
 (see config.py for the format): `train_<scale>` (worked solutions for SFT), `val` (the
-visible validation problems with their solutions) and `pretrain` (single-step facts, the
-base model's corpus). The training split is served through `TrainingSplit`, which meters
+visible validation problems with their solutions) and `pretrain` (worked problems of
+1 to 6 operators, the base model's corpus). The training split is served through `TrainingSplit`, which meters
 what it serves: one run may draw at most `budget_examples` sequences (repeats count again).
 At `ci` and `smoke` this meter, not the wall clock, is the budget.
 """
