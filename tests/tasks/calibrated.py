@@ -8,8 +8,6 @@ as a comparison bar on another machine or torch.
 """
 from __future__ import annotations
 
-import yaml
-
 from ai4ai import anchors as anchor_store
 from ai4ai.provenance import device_class, task_version, torch_minor
 from ai4ai.task import load_task
@@ -23,9 +21,7 @@ def anchors(task_name: str, scale: str = "smoke") -> anchor_store.Anchors:
     rec = anchor_store.find(task.grader, key)
     if rec is not None:
         return rec.anchors
-    path = anchor_store.anchors_path(task.grader)
-    recs = (yaml.safe_load(path.read_text()) or {}).get("records", []) if path.exists() else []
-    for r in recs:
+    for r in anchor_store._records(anchor_store.anchors_path(task.grader)):
         if r["key"]["scale"] == scale and r["key"]["task_version"] == version:
             a = r["anchors"]
             return anchor_store.Anchors(a["no_info"], a["baseline"], a["best"])
