@@ -16,8 +16,8 @@ import yaml
 from . import rule
 
 HERE = Path(__file__).resolve().parent
-SPLITS = {"selection": 4_000, "test": 40_000, "validation": 4_000}     # pairs, clean labels, no ties
-TRAIN_PAIRS = {"ci": 512, "smoke": 2_048, "full": 1_048_576}         # noisy labels
+SPLITS = {"selection": 6_000, "test": 96_000, "validation": 4_000}     # pairs, clean labels, no ties
+TRAIN_PAIRS = {"ci": 1_024, "smoke": 4_096, "full": 1_048_576}       # labels from the raters
 UNLABELLED = 32_768                                                    # sequences for the base LM
 SEQ = rule.SEQ_LEN
 
@@ -26,16 +26,37 @@ def _secrets() -> dict:
     return yaml.safe_load((HERE / "secrets.yaml").read_text())
 
 
-def split(name: str, cfg=None) -> np.ndarray:
-    """A hidden split: pair rows [N, 2 * SEQ_LEN + 1] uint8 with clean labels, from its secret seed."""
-    return rule.pairs(SPLITS[name], _secrets()[name], noise=0.0)
+def validation_rows() -> np.ndarray:
+    """The visible validation split as the repo's pair rows [N, 2 * SEQ + 2] (clean labels, no rater)."""
+    return rule.pairs(SPLITS["validation"], _secrets()["validation"], raters=False)
+
+
+def split(name: str, cfg=None) -> dict:
+    """A hidden split regenerated from its secret seed: clean, untied pairs over shared responses.
+
+    {"seqs": [S, SEQ] uint8, "a", "b": [N] indices into seqs, "label": [N] 1 if a is preferred,
+    "group": [N] the group of responses a pair comes from (the unit of the standard error)}.
+    The selection and test splits share responses within groups (each is scored once); the
+    validation split is the committed pair file, one group per pair.
+    """
+    if name == "validation":
+        return from_rows(validation_rows())
+    return rule.grouped(SPLITS[name], _secrets()[name])
+
+
+def from_rows(rows: np.ndarray) -> dict:
+    """Pair rows [N, >= 2 * SEQ + 1] (a, b, label, ...) as a split of independent pairs."""
+    n = len(rows)
+    return {"seqs": np.concatenate([rows[:, :SEQ], rows[:, SEQ:2 * SEQ]]), "a": np.arange(n),
+            "b": np.arange(n, 2 * n), "label": rows[:, 2 * SEQ].copy(), "group": np.arange(n)}
 
 
 @torch.no_grad()
-def rewards(model: torch.nn.Module, tokens: np.ndarray, batch: int = 2048) -> np.ndarray:
-    """The model's reward of each sequence [N, SEQ_LEN] as float64 [N]."""
+def rewards(model: torch.nn.Module, tokens: np.ndarray) -> np.ndarray:
+    """The model's reward of each sequence [N, SEQ] as float64 [N]."""
     x = torch.from_numpy(tokens.astype(np.int64))
     device = next(model.parameters()).device
+    batch = 128 if device.type == "cpu" else 4096      # small batches are fastest on one CPU thread
     out = [model(x[i:i + batch].to(device)).double().cpu().numpy() for i in range(0, len(x), batch)]
     return np.concatenate(out).reshape(-1)
 
@@ -50,20 +71,33 @@ def credit(ra: np.ndarray, rb: np.ndarray, label: np.ndarray) -> np.ndarray:
     return np.where(label == 1, a_wins, 1.0 - a_wins)
 
 
-def _credit(model: torch.nn.Module, data: np.ndarray) -> np.ndarray:
+def _credit(model: torch.nn.Module, data: dict) -> np.ndarray:
     model.eval()
-    return credit(rewards(model, data[:, :SEQ]), rewards(model, data[:, SEQ:2 * SEQ]), data[:, -1])
+    r = rewards(model, data["seqs"])
+    if not np.isfinite(r).all():
+        return np.zeros(len(data["label"]))
+    return credit(r[data["a"]], r[data["b"]], data["label"])
 
 
-def evaluate(model: torch.nn.Module, split: np.ndarray, cfg=None) -> float:
+def evaluate(model: torch.nn.Module, split: dict, cfg=None) -> float:
     """Pairwise accuracy against the clean rule (ties 0.5; non-finite rewards 0). Higher is better."""
     return float(_credit(model, split).mean())
 
 
-def evaluate_with_noise(model: torch.nn.Module, split: np.ndarray, cfg=None) -> tuple[float, float]:
-    """(accuracy, standard error of the per-pair shortfall from the rule, which scores 1 on every pair)."""
+def clustered_se(x: np.ndarray, group: np.ndarray) -> float:
+    """Standard error of the mean of x when the units are groups (pairs of a group share responses)."""
+    _, g = np.unique(group, return_inverse=True)
+    sums, sizes = np.bincount(g, weights=x), np.bincount(g).astype(float)
+    n_groups, m = len(sums), x.mean()
+    if n_groups < 2:
+        return 0.0
+    return float(math.sqrt(n_groups / (n_groups - 1) * ((sums - m * sizes) ** 2).sum()) / len(x))
+
+
+def evaluate_with_noise(model: torch.nn.Module, split: dict, cfg=None) -> tuple[float, float]:
+    """(accuracy, standard error over groups of the per-pair shortfall from the rule, which scores 1)."""
     c = _credit(model, split)
-    return float(c.mean()), float((1.0 - c).std(ddof=1) / math.sqrt(len(c)))
+    return float(c.mean()), clustered_se(1.0 - c, split["group"])
 
 
 def uninformative(model: torch.nn.Module) -> torch.nn.Module:
@@ -84,8 +118,8 @@ def materialize(scale: str, dest: Path) -> dict:
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     s = _secrets()
-    files = {f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], s[f"train_{scale}"], noise=rule.NOISE),
-             "val.u8": split("validation"),
+    files = {f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], s[f"train_{scale}"], raters=True),
+             "val.u8": validation_rows(),
              "unlabelled.u8": rule.unlabelled(UNLABELLED, s["unlabelled"])}
     sums = {}
     for name, arr in files.items():

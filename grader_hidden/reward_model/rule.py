@@ -1,11 +1,11 @@
-"""The hidden preference rule and the generator of prompts, responses and pairs. Never visible.
+"""The hidden preference rule, the raters, and the generator of prompts, responses and pairs. Never visible.
 
 A sequence is `prompt | response $` over the letters a-h, right-padded to SEQ_LEN:
 token 0 pad, 1 '|', 2 '$', 3.. the letters. The prompt has 3 letters p0 p1 p2, the
 response 8-16 letters. The rule scores a response to its prompt with interacting features:
 
-    A  the prompt's first letter p0 occurs in the first half of the response (keyword x position)
-    B  the prompt's second letter p1 occurs an even number of times in the response (parity)
+    A  the response's last letter ranks above the prompt's first letter p0 (prompt x position)
+    B  the response's first letter ranks below the prompt's second letter p1 (prompt x position)
     C  the first four letters of the response are in non-decreasing order (sortedness)
     D  the response length lies in a band that the prompt's third letter picks (8-11 if p2 is
        a-d, 13-16 if e-h) (length band x prompt)
@@ -14,7 +14,14 @@ response 8-16 letters. The rule scores a response to its prompt with interacting
 
 A pair is two responses to one prompt; half are independent draws, half a small edit of the
 first (1-2 letters changed, or the length changed), so single features decide many pairs.
-Training labels flip with probability NOISE; hidden splits carry the clean label and no ties.
+
+Training labels come from eight raters, one per pair, drawn uniformly; rater k reports the
+rule's preference flipped with probability FLIP[k]. Six raters are careless now and then (10%);
+two read the interface the wrong way round and report the opposite most of the time (80%).
+Overall 27.5% of the labels are wrong; a learner that ignores who rated a pair sees symmetric
+noise, one that models the raters can recover most of the signal. The validation split carries
+clean labels and rater NO_RATER; the hidden selection and test splits (grouped()) carry clean
+labels over groups of shared responses. No split has rule ties.
 """
 from __future__ import annotations
 
@@ -25,7 +32,9 @@ N_LETTERS = 8
 PROMPT_LEN = 3
 MIN_LEN, MAX_LEN = 8, 16
 SEQ_LEN = 24            # 3 + 1 + 16 + 1 = 21 used at most
-NOISE = 0.25            # share of training labels flipped
+FLIP = (0.1, 0.1, 0.8, 0.1, 0.1, 0.8, 0.1, 0.1)   # per rater: the chance that its label is flipped
+NOISE = sum(FLIP) / len(FLIP)                    # share of training labels flipped (0.275)
+NO_RATER = 255                                   # the rater byte of clean (hidden and validation) pairs
 
 
 def _rng(seed: int) -> np.random.Generator:
@@ -59,11 +68,10 @@ def _edit(rng: np.random.Generator, r: np.ndarray, lengths: np.ndarray) -> tuple
 def score(prompts: np.ndarray, r: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The rule's integer score of each response to its prompt."""
     n = len(r)
-    pos = np.arange(MAX_LEN)[None, :]
-    inside = pos < lengths[:, None]
     p0, p1, p2 = prompts[:, 0:1], prompts[:, 1:2], prompts[:, 2]
-    a = ((r == p0) & (pos < (lengths // 2)[:, None])).any(1)
-    b = (((r == p1) & inside).sum(1) % 2) == 0
+    last = r[np.arange(n), lengths - 1]
+    a = last > p0[:, 0]
+    b = r[:, 0] < p1[:, 0]
     c = (np.diff(r[:, :4], axis=1) >= 0).all(1)
     low = p2 < N_LETTERS // 2
     d = np.where(low, (lengths >= 8) & (lengths <= 11), (lengths >= 13) & (lengths <= 16))
@@ -91,30 +99,100 @@ def decode(row: np.ndarray) -> str:
     return "".join(chars.get(int(t), chr(ord("a") + int(t) - FIRST)) for t in row)
 
 
-def pairs(n: int, seed: int, noise: float) -> np.ndarray:
-    """n pairs without rule ties: rows [a tokens | b tokens | label] uint8, label 1 if a is preferred.
+def _untied(rng: np.random.Generator, n: int, edited: bool):
+    """n prompts with two responses each that the rule does not tie: (prompts, ra, la, rb, lb).
 
-    Labels are the rule's, flipped with probability `noise` (0 for the hidden splits).
-    """
-    rng = _rng(seed)
-    rows, have = [], 0
+    The second response is an independent draw, or (edited) a small edit of the first."""
+    out, have = [], 0
     while have < n:
         m = 2 * (n - have) + 64
         prompts = rng.integers(0, N_LETTERS, size=(m, PROMPT_LEN))
         ra, la = _responses(rng, prompts)
-        rb, lb = _responses(rng, prompts)
-        edited = rng.random(m) < 0.5
-        re, le = _edit(rng, ra, la)
-        rb[edited], lb[edited] = re[edited], le[edited]
-        sa, sb = score(prompts, ra, la), score(prompts, rb, lb)
-        keep = sa != sb
-        label = (sa > sb).astype(np.uint8)
-        flip = rng.random(m) < noise
-        label = np.where(flip, 1 - label, label).astype(np.uint8)
-        block = np.concatenate([encode(prompts, ra, la), encode(prompts, rb, lb), label[:, None]], axis=1)
-        rows.append(block[keep])
+        rb, lb = _edit(rng, ra, la) if edited else _responses(rng, prompts)
+        keep = score(prompts, ra, la) != score(prompts, rb, lb)
+        out.append(tuple(x[keep] for x in (prompts, ra, la, rb, lb)))
         have += int(keep.sum())
-    return np.concatenate(rows)[:n]
+    return tuple(np.concatenate(parts)[:n] for parts in zip(*out))
+
+
+def pairs(n: int, seed: int, raters: bool) -> np.ndarray:
+    """n pairs without rule ties, half independent and half edits, in random order.
+
+    Rows [a tokens | b tokens | label | rater] uint8; label 1 if a is preferred. With `raters`,
+    each pair gets a rater drawn uniformly from FLIP's and that rater's (possibly flipped) label;
+    otherwise the clean label and rater NO_RATER (the hidden and validation splits).
+    """
+    rng = _rng(seed)
+    blocks = []
+    for edited, m in ((False, n - n // 2), (True, n // 2)):
+        prompts, ra, la, rb, lb = _untied(rng, m, edited)
+        label = (score(prompts, ra, la) > score(prompts, rb, lb)).astype(np.uint8)
+        blocks.append(np.concatenate([encode(prompts, ra, la), encode(prompts, rb, lb), label[:, None]], axis=1))
+    rows = np.concatenate(blocks)[rng.permutation(n)]
+    if raters:
+        who = rng.integers(0, len(FLIP), size=n)
+        flip = rng.random(n) < np.asarray(FLIP)[who]
+        rows[:, -1] ^= flip.astype(np.uint8)
+    else:
+        who = np.full(n, NO_RATER)
+    return np.concatenate([rows, who[:, None].astype(np.uint8)], axis=1)
+
+
+def _independent_groups(rng: np.random.Generator, g: int, k: int):
+    """g prompts with k independent responses each, and every untied pair within a group."""
+    prompts = np.repeat(rng.integers(0, N_LETTERS, size=(g, PROMPT_LEN)), k, axis=0)
+    r, lengths = _responses(rng, prompts)
+    sc = score(prompts, r, lengths).reshape(g, k)
+    ti, tj = np.triu_indices(k, 1)
+    grp, p = np.nonzero(sc[:, ti] != sc[:, tj])              # row-major: ordered by group
+    return encode(prompts, r, lengths), grp * k + ti[p], grp * k + tj[p], grp
+
+
+def _edit_groups(rng: np.random.Generator, g: int, k: int):
+    """g prompts with one response and up to k - 1 small edits of it that the rule ranks apart;
+    each edit is paired with the original."""
+    prompts = rng.integers(0, N_LETTERS, size=(g, PROMPT_LEN))
+    r, lengths = _responses(rng, prompts)
+    tries = 4 * k
+    pe = np.repeat(prompts, tries, axis=0)
+    re, le = _edit(rng, np.repeat(r, tries, axis=0), np.repeat(lengths, tries))
+    differ = (score(pe, re, le) != np.repeat(score(prompts, r, lengths), tries)).reshape(g, tries)
+    take = differ & (np.cumsum(differ, axis=1) <= k - 1)
+    grp, t = np.nonzero(take)
+    pick = grp * tries + t
+    seqs = np.concatenate([encode(prompts, r, lengths), encode(pe[pick], re[pick], le[pick])])
+    return seqs, grp, g + np.arange(len(pick)), grp
+
+
+def grouped(n: int, seed: int, k: int = 4) -> dict:
+    """n clean, untied pairs of the same two kinds as pairs(), built so that responses are shared.
+
+    Half the pairs come from groups of k independent responses to one prompt (every untied pair
+    of the group), half from groups of one response and up to k - 1 small edits of it that the
+    rule ranks differently (each edit against the original). Each response is then scored once;
+    pairs of one group share responses, so the standard error is taken over groups. Returns
+    seqs [S, SEQ_LEN] uint8 and, per pair, a, b (indices into seqs), label (1 if a is preferred)
+    and group.
+    """
+    rng = _rng(seed)
+    seqs, ia, ib, grp = [], [], [], []
+    n_seq = n_grp = 0
+    for make, want in ((_independent_groups, n - n // 2), (_edit_groups, n // 2)):
+        have = 0
+        while have < want:
+            g = max(16, (want - have) // 2)                   # at least 2 untied pairs per group
+            s, a, b, gr = make(rng, g, k)
+            a, b, gr = a[:want - have], b[:want - have], gr[:want - have]
+            used, inverse = np.unique(np.concatenate([a, b]), return_inverse=True)   # score only what is paired
+            seqs.append(s[used])
+            ia.append(inverse[:len(a)] + n_seq)
+            ib.append(inverse[len(a):] + n_seq)
+            grp.append(gr + n_grp)
+            n_seq, n_grp, have = n_seq + len(used), n_grp + g, have + len(a)
+    seqs = np.concatenate(seqs)
+    a, b = np.concatenate(ia), np.concatenate(ib)
+    sc = rule_scores(seqs)
+    return {"seqs": seqs, "a": a, "b": b, "label": (sc[a] > sc[b]).astype(np.uint8), "group": np.concatenate(grp)}
 
 
 def unlabelled(n: int, seed: int) -> np.ndarray:

@@ -1,9 +1,10 @@
 """The data: fixed, offline, checksummed files. Protected.
 
-- `data/train_<scale>.u8`: preference pairs, rows of 2 * SEQ_LEN + 1 bytes: sequence a, sequence b,
-  label (1 if a is preferred, 0 if b is). Both sequences share the prompt. The labels come from
-  raters who are sometimes wrong: a share of them is flipped.
-- `data/val.u8`: pairs in the same format with correct labels (the proxy evaluation).
+- `data/train_<scale>.u8`: preference pairs, rows of 2 * SEQ_LEN + 2 bytes: sequence a, sequence b,
+  label (1 if a is preferred, 0 if b is), rater (0-7: which of the eight raters labelled the pair).
+  Both sequences share the prompt. The raters are sometimes wrong, and not equally often.
+- `data/val.u8`: pairs in the same format with correct labels and rater 255 (no rater; the proxy
+  evaluation).
 - `data/unlabelled.u8`: single sequences (prompt|response$) without labels; prepare.py pretrains
   the base LM on them.
 
@@ -21,7 +22,8 @@ import torch
 from config import SEQ_LEN, get_scale
 
 REPO = Path(__file__).resolve().parent
-PAIR_WIDTH = 2 * SEQ_LEN + 1
+PAIR_WIDTH = 2 * SEQ_LEN + 2
+N_RATERS = 8
 
 
 def data_dir() -> Path:
@@ -53,10 +55,11 @@ def _read(name: str, width: int) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8).reshape(-1, width)
 
 
-def load_pairs(name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A pair file as (a [N, SEQ_LEN] int64, b [N, SEQ_LEN] int64, label [N] float32: 1 = a preferred)."""
+def load_pairs(name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A pair file as (a [N, SEQ_LEN] int64, b [N, SEQ_LEN] int64, label [N] float32: 1 = a preferred,
+    rater [N] int64: 0..7, or 255 for the validation split's clean labels)."""
     arr = torch.from_numpy(_read(name, PAIR_WIDTH).astype(np.int64))
-    return arr[:, :SEQ_LEN], arr[:, SEQ_LEN:2 * SEQ_LEN], arr[:, -1].float()
+    return arr[:, :SEQ_LEN], arr[:, SEQ_LEN:2 * SEQ_LEN], arr[:, 2 * SEQ_LEN].float(), arr[:, 2 * SEQ_LEN + 1]
 
 
 def load_unlabelled() -> torch.Tensor:
@@ -72,7 +75,7 @@ class PreferencePairs:
     """The training pairs of a scale, served by index and metered."""
 
     def __init__(self, scale: str):
-        self.a, self.b, self.label = load_pairs(f"train_{scale}")
+        self.a, self.b, self.label, self.rater = load_pairs(f"train_{scale}")
         self.budget = get_scale(scale).budget_pairs
         self.served = 0
 
@@ -83,9 +86,10 @@ class PreferencePairs:
     def remaining(self) -> int:
         return self.budget - self.served
 
-    def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Pairs at `idx` ([B] int64) -> (a [B, SEQ_LEN], b [B, SEQ_LEN], label [B]); counts B against the budget."""
+    def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pairs at `idx` ([B] int64) -> (a [B, SEQ_LEN], b [B, SEQ_LEN], label [B], rater [B]);
+        counts B against the budget."""
         if self.served + len(idx) > self.budget:
             raise BudgetExhausted(f"budget of {self.budget} pairs is spent")
         self.served += len(idx)
-        return self.a[idx], self.b[idx], self.label[idx]
+        return self.a[idx], self.b[idx], self.label[idx], self.rater[idx]

@@ -25,7 +25,7 @@ def load_checkpoint(path: str, scale: str) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def rewards(model: torch.nn.Module, tokens: torch.Tensor, batch: int = 2048) -> torch.Tensor:
+def rewards(model: torch.nn.Module, tokens: torch.Tensor, batch: int = 128) -> torch.Tensor:
     return torch.cat([model(tokens[i:i + batch]).double() for i in range(0, len(tokens), batch)])
 
 
@@ -44,7 +44,7 @@ if __name__ == "__main__":
     args = p.parse_args()
     path = Path(args.path)
     ckpts = sorted(path.glob("ckpt_*.safetensors")) if path.is_dir() else [path]
-    val = load_pairs("val")
+    a, b, label, _ = load_pairs("val")              # the validation split has no raters (clean labels)
     for ckpt in ckpts:
-        acc = pairwise_accuracy(load_checkpoint(str(ckpt), args.scale), *val)
+        acc = pairwise_accuracy(load_checkpoint(str(ckpt), args.scale), a, b, label)
         print(f"{ckpt.name}  validation pairwise accuracy {acc:.4f}")

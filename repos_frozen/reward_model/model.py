@@ -22,6 +22,7 @@ def gpt2_config(scale: str) -> GPT2Config:
         vocab_size=VOCAB, n_positions=SEQ_LEN, n_embd=s.n_embd, n_layer=s.n_layer, n_head=s.n_head,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None,
         tie_word_embeddings=True,
+        activation_function="gelu_pytorch_tanh",   # GPT-2's tanh GELU as one fused op (1.5x faster on CPU)
     )
 
 

@@ -13,21 +13,26 @@ from ai4ai.provenance import device_class, task_version, torch_minor
 from ai4ai.task import load_task
 
 
-def anchors(task_name: str, scale: str = "smoke") -> anchor_store.Anchors:
+def record(task_name: str, scale: str = "smoke") -> tuple[anchor_store.Anchors, float]:
+    """(anchors, seed std of phi) of the task's current version at `scale`."""
     task = load_task(task_name)
     version = task_version(task)
     key = anchor_store.Key(task=task.name, scale=scale, task_version=version,
                            device_class=device_class("cpu", task.scale(scale).threads), torch=torch_minor())
     rec = anchor_store.find(task.grader, key)
     if rec is not None:
-        return rec.anchors
+        return rec.anchors, rec.phi_std
     for r in anchor_store._records(anchor_store.anchors_path(task.grader)):
         if r["key"]["scale"] == scale and r["key"]["task_version"] == version:
             a = r["anchors"]
-            return anchor_store.Anchors(a["no_info"], a["baseline"], a["best"])
+            return anchor_store.Anchors(a["no_info"], a["baseline"], a["best"]), float(r["phi_std"])
     raise AssertionError(f"{task_name} has no {scale} anchors for its current version {version} (the repo, "
                          f"grader or task config changed since calibration): run "
                          f"`python -m ai4ai.calibrate task={task_name} scale={scale}`")
+
+
+def anchors(task_name: str, scale: str = "smoke") -> anchor_store.Anchors:
+    return record(task_name, scale)[0]
 
 
 def baseline(task_name: str, scale: str = "smoke") -> float:
