@@ -196,6 +196,13 @@ def test_prepared_policy_is_checked_and_mediocre(grader, items, repo_modules):
     assert 0.05 < rate < 0.5, rate
 
 
+def test_training_nothing_does_not_beat_the_shipped_algorithm(grader, repo_modules):
+    """A submission that saves the prepared policy unchanged must score below 0.1 on the hidden test."""
+    ref = repo_modules.checkpoint.load_policy("smoke")
+    rate = grader.evaluate(ref.eval(), grader.split("test"))
+    assert rate < _baseline_rate(), (rate, _baseline_rate())
+
+
 # ----------------------------------------------------------------------------- end to end
 
 def test_ci_seed_trains_and_grades(compose_cfg, tmp_path):
