@@ -19,6 +19,7 @@ from . import SCHEMA
 from . import agents as agent_kinds
 from . import anchors as anchor_store
 from . import record
+from .agents.base import COST_KEYS
 from .console import say
 from .proxy import ProxyServer, choose_submission, client_bin, trajectory_summary, write_submission_record
 from .grade import GradeSetup, Scored, cap_seconds, grade_seeds, score_seeds, write_json
@@ -329,19 +330,39 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     sub, source = choose_submission(str(cfg.submission), final, server)
     write_submission_record(run_dir, sub, source)
     write_json(run_dir / "agent_outcome.json", {"exit_code": outcome.exit_code, "timed_out": outcome.timed_out,
-                                                "wall_s": outcome.wall_s, "usage": outcome.usage,
+                                                "wall_s": outcome.wall_s, "usage": outcome.usage, "error": outcome.error,
                                                 "started_at": started_at})
+    if outcome.error:      # the agent never worked (e.g. never reached its model API): error, not graded
+        return record_agent_error(ctx, cfg, sub, agent_cfg, outcome, trajectory_summary(run_dir / "trajectory.jsonl"),
+                                  started_at)
     record.mark_cell(db, cell, run_dir, "agent_done")
     say(f"submission ({source}): {len(sub.files)} file(s), +{sub.lines_added}/-{sub.lines_removed} lines"
         + (f", {len(sub.rejected)} rejected: " + "; ".join(f"{p} ({r})" for p, r in list(sub.rejected.items())[:5])
            if sub.rejected else ""))
     seeds = list(ctx.task.scale(ctx.scale).grader_seeds)
-    cost = {k: outcome.usage.get(k) for k in ("usd", "input_tokens", "output_tokens")} if outcome.usage else None
+    cost = {k: outcome.usage.get(k) for k in COST_KEYS} if outcome.usage else None
     result = grade_and_record(ctx, cfg, sub, agent_label(agent_cfg), agent_cfg, seeds,
                               {"agent_s": round(outcome.wall_s, 2)}, cost,
                               trajectory_summary(run_dir / "trajectory.jsonl"), started_at, int(cfg.seed))
     if result["status"] != "error":
         record.mark_cell(db, cell, run_dir, "graded")
+    return result
+
+
+def record_agent_error(ctx: Context, cfg: DictConfig, sub: Submission, agent_cfg: dict, outcome, trajectory,
+                       started_at: str) -> dict:
+    """Result of a run whose agent never worked: status error (not graded, retried on rerun)."""
+    rec = anchor_store.find(ctx.task.grader, ctx.key)
+    say(f"agent error: {outcome.error}")
+    seeds = list(ctx.task.scale(ctx.scale).grader_seeds)
+    cost = {k: outcome.usage.get(k) for k in COST_KEYS} if outcome.usage else None
+    result = build_result(ctx, agent_label(agent_cfg), agent_cfg, seeds, int(cfg.seed),
+                          Scored("error", outcome.error, [], [], None, None, None), [], rec, sub,
+                          {"agent_s": round(outcome.wall_s, 2)}, cost, trajectory, started_at)
+    record.validate(result)
+    write_json(ctx.run_dir / "result.json", result)
+    record.insert(Path(cfg.results_db), result, ctx.run_dir)
+    print(final_line(result, ctx.run_dir))
     return result
 
 
@@ -355,7 +376,7 @@ def resume_grading(ctx: Context, cfg: DictConfig, run_dir: Path, agent_cfg: dict
     sub = from_patch(ctx.task, pristine, (run_dir / "submission.patch").read_text())
     outcome = json.loads((run_dir / "agent_outcome.json").read_text()) if (run_dir / "agent_outcome.json").exists() else {}
     usage = outcome.get("usage") or {}
-    cost = {k: usage.get(k) for k in ("usd", "input_tokens", "output_tokens")} if usage else None
+    cost = {k: usage.get(k) for k in COST_KEYS} if usage else None
     seeds = list(ctx.task.scale(ctx.scale).grader_seeds)
     result = grade_and_record(ctx, cfg, sub, agent_label(agent_cfg), agent_cfg, seeds,
                               {"agent_s": round(float(outcome.get("wall_s") or 0.0), 2)}, cost,

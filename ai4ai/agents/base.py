@@ -25,4 +25,10 @@ class AgentOutcome:
     timed_out: bool
     wall_s: float
     transcript: list = field(default_factory=list)
-    usage: dict[str, Any] = field(default_factory=dict)     # usd, input_tokens, output_tokens
+    usage: dict[str, Any] = field(default_factory=dict)     # COST_KEYS and the gateway's counters
+    error: str | None = None     # set when the agent never worked (e.g. never reached its model API): status error
+
+
+# What result.json's `cost` holds (from the API gateway; see ai4ai/gateway.py).
+COST_KEYS = ("usd", "input_tokens", "output_tokens", "cached_input_tokens", "cache_write_tokens",
+             "reasoning_tokens", "calls", "refused", "retries", "capped", "source")

@@ -1,43 +1,81 @@
-"""Shared machinery of the coding-agent CLIs (claude, codex): preflight, sandbox wiring,
-network policy, transcript, usage and the spending cap. Not an agent kind itself."""
+"""Shared machinery of the coding-agent CLIs (claude, codex): preflight, sandbox wiring, the API
+gateway, transcript, usage and the spending cap. Not an agent kind itself.
+
+Cost and tokens come from the gateway (ai4ai/gateway.py) only: it sits outside the sandbox and
+reads the model API's own responses. The CLI's stdout is kept as a transcript and never parsed
+for cost, since every process of the agent can write to it.
+"""
 from __future__ import annotations
 
-import json
 import os
 import shutil
+import socket
 import tempfile
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from .. import PROJECT_ROOT
-from ..egress import EgressProxy, parse_allowlist
+from ..gateway import Gateway, GatewayError, Upstream
 from ..sandbox import Mount
 from .base import AgentContext, AgentOutcome
 
-EGRESS_PORT = 18080
 SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc")
+DUMMY_KEY = "ai4ai-dummy-key-the-gateway-holds-the-real-one"
+GATEWAY_INSIDE = "/run/ai4ai-api"
+HOME_INSIDE = "/home/agent"
+# What the CLIs write (home, sessions, shell snapshots) lives here, outside the run directory,
+# and is deleted after the run; AI4AI_AGENT_SCRATCH moves it (e.g. to keep it for debugging).
+SCRATCH_ROOT = os.environ.get("AI4AI_AGENT_SCRATCH") or tempfile.gettempdir()
 
 
 class AgentSetupError(RuntimeError):
     """The agent cannot start here (missing CLI or key); raised before anything runs."""
 
 
+@dataclass(frozen=True)
+class Wiring:
+    """What a CLI kind needs from the gateway: how the key is sent, and where the CLI is pointed."""
+    auth: str                                   # x-api-key | bearer
+    default_base_url: str
+    env: Callable[[str], dict]                  # gateway URL inside the sandbox -> the CLI's env
+    argv: Callable[[str], list]                 # gateway URL inside the sandbox -> the command
+    prepare_home: Callable[[Path], None] = lambda home: None
+
+
 def resolve_executable(cfg: dict, install_hint: str) -> Path:
     exe = shutil.which(str(cfg.get("executable") or cfg["kind"]))
     if exe is None:
         raise AgentSetupError(f"agent={cfg['kind']}: the `{cfg.get('executable') or cfg['kind']}` CLI is not on PATH; "
-                              f"install it with `{install_hint}` or set agent.executable=/path/to/it")
+                              f"install it with `{install_hint}` (or `.ci/run`, which pins the tested versions) "
+                              "or set agent.executable=/path/to/it")
     return Path(exe)
 
 
 def require_key(cfg: dict) -> str:
     name = cfg.get("api_key_env")
     if not name or not os.environ.get(name):
-        raise AgentSetupError(f"agent={cfg['kind']}: set the {name} environment variable (the key is passed to the "
-                              "agent's sandbox only, never written to the run directory)")
+        raise AgentSetupError(f"agent={cfg['kind']}: set the {name} environment variable (the harness's API gateway "
+                              "holds it; the agent's sandbox gets a dummy, and it is never written to the run directory)")
     return name
+
+
+def check_network(cfg: dict) -> str:
+    network = str(cfg.get("network", "api_only"))
+    if network not in ("api_only", "open"):
+        raise AgentSetupError(f"agent.network={network!r}: use api_only (only the API gateway) or open (host network)")
+    return network
+
+
+def preflight(cfg: dict, install_hint: str, default_base_url: str) -> None:
+    resolve_executable(cfg, install_hint)
+    require_key(cfg)
+    check_network(cfg)
+    try:
+        Upstream.parse(cfg.get("base_url") or default_base_url)
+    except GatewayError as e:
+        raise AgentSetupError(str(e))
 
 
 def _bind_root(path: Path) -> Path:
@@ -62,74 +100,99 @@ def tool_mounts(exe: Path) -> list[Mount]:
     return out
 
 
-class UsageMeter:
-    """Running token and cost totals from the CLI's JSON events; trips `stop` past the cap."""
+def _free_port() -> int:
+    # Under api_only the sandbox has its own network namespace and any port works; under `open`
+    # it shares the host's, so take one nobody holds.
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
-    def __init__(self, max_usd: float | None, stop: threading.Event, transcript: Path,
-                 parse: Callable[[dict, "UsageMeter"], None]):
-        self.max_usd, self.stop, self.parse = max_usd, stop, parse
-        self.usd, self.input_tokens, self.output_tokens = None, 0, 0
-        self.capped = False
-        self.events = 0
-        self._file = open(transcript, "a")
+
+class Transcript:
+    """The CLI's stdout, line by line, for reading afterwards. Never parsed for cost."""
+
+    def __init__(self, path: Path):
+        self.lines = 0
+        self._file = open(path, "a")
 
     def on_line(self, line: str) -> None:
+        self.lines += 1
         self._file.write(line + "\n")
         self._file.flush()
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(event, dict):
-            return
-        self.events += 1
-        self.parse(event, self)
-        if self.max_usd is not None and self.usd is not None and self.usd > self.max_usd:
-            self.capped = True
-            self.stop.set()
 
-    def close(self) -> dict:
+    def close(self) -> None:
         self._file.close()
-        return {"usd": self.usd, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
 
 
-def run_cli(ctx: AgentContext, argv: list[str], parse: Callable[[dict, UsageMeter], None],
-            exe: Path, extra_env: dict) -> AgentOutcome:
-    cfg = ctx.config
-    key_name = require_key(cfg)
-    mounts = list(ctx.sandbox.mounts) + tool_mounts(exe)
-    env = dict(ctx.sandbox.env, **extra_env)
-    env[key_name] = os.environ[key_name]
-    network = str(cfg.get("network", "api_only"))
-    egress, sock_dir = None, None
-    command = argv
-    if network == "api_only":
-        sock_dir = Path(tempfile.mkdtemp(prefix="ai4ai-egress-"))
-        egress = EgressProxy(sock_dir / "egress.sock", parse_allowlist(list(cfg.get("api_hosts") or [])))
-        egress.start()
-        mounts.append(Mount("/run/ai4ai-egress", sock_dir, True))
-        sock = ctx.sandbox.path("/run/ai4ai-egress") + "/egress.sock" if ctx.sandbox.backend == "bwrap" \
-            else str(sock_dir / "egress.sock")
-        proxy_url = f"http://127.0.0.1:{EGRESS_PORT}"
-        env.update(HTTPS_PROXY=proxy_url, https_proxy=proxy_url, HTTP_PROXY=proxy_url, http_proxy=proxy_url,
-                   NO_PROXY="", no_proxy="")
-        command = ["python", ctx.sandbox.path("/opt/ai4ai/bin") + "/ai4ai-launch",
-                   "--forward", f"{EGRESS_PORT}:{sock}", "--", *argv]
-    elif network != "open":
-        raise AgentSetupError(f"agent.network={network!r}: use open or api_only")
-    sb = replace(ctx.sandbox, mounts=mounts, env=env, network=(network == "open"))
-    stop = threading.Event()
-    transcript = ctx.log_path.parent / "transcript.jsonl"
-    meter = UsageMeter(cfg.get("max_usd"), stop, transcript, parse)
+def _api_error(kind: str, out, gw: dict, log_path: Path) -> str | None:
+    """Why the agent never worked, in its own words, or None when it made a successful model call."""
+    if gw["ok_calls"] > 0:
+        return None
+    if gw["refused"] and not gw["calls"]:
+        return f"agent never reached its model API: the gateway refused the first call (max_usd cap)"
+    if gw["calls"]:
+        return f"agent never reached its model API: the upstream answered every call with an error " \
+               f"(last status {gw['last_status']}; see api_calls.jsonl)"
+    if gw["failures"]:
+        return f"agent never reached its model API: upstream {gw['upstream']} unreachable"
+    tail = ""
     try:
-        out = sb.run(command, "/workspace", ctx.window_s, ctx.log_path, on_line=meter.on_line, stop=stop)
+        tail = " ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])[-300:]
+    except OSError:
+        pass
+    how = "timed out" if out.timed_out else f"exited {out.returncode}"
+    return f"agent never reached its model API: {kind} {how} before its first call" + (f" ({tail})" if tail else "")
+
+
+def run_cli(ctx: AgentContext, wiring: Wiring, exe: Path) -> AgentOutcome:
+    cfg = ctx.config
+    key = os.environ[require_key(cfg)]
+    network = check_network(cfg)
+    upstream = Upstream.parse(cfg.get("base_url") or wiring.default_base_url)
+    run_dir = ctx.log_path.parent
+    scratch = Path(tempfile.mkdtemp(prefix="ai4ai-agent-", dir=SCRATCH_ROOT))
+    sock_dir, home = scratch / "api", scratch / "home"
+    sock_dir.mkdir()
+    (home / "tmp").mkdir(parents=True)
+    for d in (scratch, sock_dir):
+        d.chmod(0o755)              # the sandbox's unprivileged user must reach the socket
+    wiring.prepare_home(home)
+    # The sandbox's home moves out of the run directory: nothing the CLI writes there is copied.
+    old_home = next((m.host for m in ctx.sandbox.mounts if m.inside == HOME_INSIDE), None)
+    mounts = [m for m in ctx.sandbox.mounts if m.inside != HOME_INSIDE]
+    mounts += [Mount(HOME_INSIDE, home, True), Mount(GATEWAY_INSIDE, sock_dir, False)] + tool_mounts(exe)
+    sb = replace(ctx.sandbox, mounts=mounts, network=(network == "open"))
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}{upstream.path}"
+    env = {k: (str(home) + v[len(str(old_home)):] if old_home and v.startswith(str(old_home)) else v)
+           for k, v in {**ctx.sandbox.env, **wiring.env(url)}.items()}
+    # No proxy variables: the CLI talks to the gateway directly, and nothing else is reachable.
+    for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        env.pop(k, None)
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    sb.env = env
+    stop = threading.Event()
+    gw = Gateway(socket_path=sock_dir / "api.sock", upstream=upstream, key=key, auth=wiring.auth,
+                 prices=dict(cfg.get("prices") or {}), log_path=run_dir / "api_calls.jsonl",
+                 max_usd=cfg.get("max_usd"), on_cap=stop.set,
+                 max_retries=int(cfg.get("max_retries", 4)), backoff_s=float(cfg.get("retry_backoff_s", 1.0)))
+    sock = sb.path(GATEWAY_INSIDE) + "/api.sock"
+    command = ["python", sb.path("/opt/ai4ai/bin") + "/ai4ai-launch", "--forward", f"{port}:{sock}", "--",
+               *wiring.argv(url)]
+    transcript = Transcript(run_dir / "transcript.jsonl")
+    gw.start()
+    try:
+        out = sb.run(command, "/workspace", ctx.window_s, ctx.log_path, on_line=transcript.on_line, stop=stop)
     finally:
-        usage = meter.close()
-        if egress:
-            egress.stop()
-            shutil.rmtree(sock_dir, ignore_errors=True)
-    usage["capped"] = meter.capped
-    if egress:
-        usage["egress"] = [{"host": h, "port": p, "allowed": a} for h, p, a in egress.log[:200]]
-    return AgentOutcome(exit_code=out.returncode, timed_out=out.timed_out and not meter.capped, wall_s=out.wall_s,
-                        transcript=[str(transcript)], usage=usage)
+        gw.stop()
+        transcript.close()
+        if not os.environ.get("AI4AI_AGENT_SCRATCH"):
+            shutil.rmtree(scratch, ignore_errors=True)
+    usage = gw.summary()
+    usage["last_status"] = gw.last_status
+    error = _api_error(cfg["kind"], out, usage, ctx.log_path)
+    return AgentOutcome(exit_code=out.returncode, timed_out=out.timed_out and not gw.capped, wall_s=out.wall_s,
+                        transcript=[str(run_dir / "transcript.jsonl"), str(run_dir / "api_calls.jsonl")],
+                        usage=usage, error=error)

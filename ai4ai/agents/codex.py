@@ -1,49 +1,62 @@
 """`codex`: the Codex CLI's non-interactive `codex exec --json`.
 
-Flags checked against `codex exec --help` (0.17x): --json, --dangerously-bypass-approvals-and-sandbox
+Flags checked against `codex exec --help` (0.171): --json, --dangerously-bypass-approvals-and-sandbox
 (the harness's sandbox is the boundary), --skip-git-repo-check, --ephemeral, -m/--model,
--c model_reasoning_effort=..., -C/--cd. Codex reports tokens, not dollars: cost is tokens times
-the agent config's prices.
+-C/--cd, -c key=value (TOML) for config.toml keys.
+
+The model is reached through the harness's API gateway, declared as a model provider of its own
+(`model_providers.ai4ai`: base_url, env_key, wire_api = "responses"); the env_key variable holds
+a dummy and the gateway sends the real key as `Authorization: Bearer`. Its tools run through a
+plain (not login) shell that inherits the sandbox's environment, so a profile cannot reset PATH
+and `ai4ai-proxy` and the harness's Python stay visible (`allow_login_shell = false`,
+`shell_environment_policy.inherit = "all"`). CODEX_HOME is made inside the sandbox-only home.
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from .base import AgentContext, AgentOutcome
-from .cli import UsageMeter, require_key, resolve_executable, run_cli
+from .cli import DUMMY_KEY, HOME_INSIDE, Wiring, preflight as _preflight, resolve_executable, run_cli
 
 INSTALL = "npm install -g @openai/codex"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+KEY_VAR = "AI4AI_GATEWAY_KEY"        # the provider's env_key: a dummy the gateway replaces
 
 
 def preflight(cfg: dict) -> None:
-    resolve_executable(cfg, INSTALL)
-    require_key(cfg)
+    _preflight(cfg, INSTALL, DEFAULT_BASE_URL)
 
 
-def build_argv(exe: str, cfg: dict, prompt: str, workdir: str) -> list[str]:
+def _c(key: str, value) -> list[str]:
+    # -c values are TOML; a JSON string or boolean is valid TOML too
+    return ["-c", f"{key}={json.dumps(value)}"]
+
+
+def build_argv(exe: str, cfg: dict, prompt: str, workdir: str, url: str) -> list[str]:
     argv = [exe, "exec", "--json", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check",
             "--ephemeral", "-C", workdir]
     if cfg.get("model"):
         argv += ["-m", str(cfg["model"])]
+    argv += _c("model_provider", "ai4ai") + _c("model_providers.ai4ai.name", "ai4ai gateway") \
+        + _c("model_providers.ai4ai.base_url", url) + _c("model_providers.ai4ai.env_key", KEY_VAR) \
+        + _c("model_providers.ai4ai.wire_api", "responses") \
+        + _c("allow_login_shell", False) + _c("shell_environment_policy.inherit", "all") \
+        + _c("check_for_update_on_startup", False)
     if cfg.get("effort"):
-        argv += ["-c", f"model_reasoning_effort={cfg['effort']}"]
+        argv += _c("model_reasoning_effort", str(cfg["effort"]))
     return argv + [str(a) for a in cfg.get("extra_args") or []] + [prompt]
 
 
-def make_parser(cfg: dict):
-    price_in = float(cfg.get("usd_per_mtok_input") or 0.0)
-    price_out = float(cfg.get("usd_per_mtok_output") or 0.0)
-
-    def parse_event(event: dict, meter: UsageMeter) -> None:
-        """JSONL: each `turn.completed` carries that turn's token usage."""
-        if event.get("type") == "turn.completed":
-            usage = event.get("usage") or {}
-            meter.input_tokens += int(usage.get("input_tokens") or 0)
-            meter.output_tokens += int(usage.get("output_tokens") or 0)
-            if price_in or price_out:
-                meter.usd = (meter.input_tokens * price_in + meter.output_tokens * price_out) / 1e6
-    return parse_event
+def prepare_home(home: Path) -> None:
+    (home / ".codex").mkdir(parents=True, exist_ok=True)     # codex refuses a CODEX_HOME that does not exist
 
 
 def run(ctx: AgentContext) -> AgentOutcome:
     exe = resolve_executable(ctx.config, INSTALL)
-    argv = build_argv(str(exe), ctx.config, ctx.instructions, ctx.sandbox.path("/workspace"))
-    return run_cli(ctx, argv, make_parser(ctx.config), exe, {"CODEX_HOME": ctx.sandbox.path("/home/agent") + "/.codex"})
+    workdir = ctx.sandbox.path("/workspace")
+    wiring = Wiring(auth="bearer", default_base_url=DEFAULT_BASE_URL,
+                    env=lambda url: {KEY_VAR: DUMMY_KEY, "CODEX_HOME": ctx.sandbox.path(HOME_INSIDE) + "/.codex"},
+                    argv=lambda url: build_argv(str(exe), ctx.config, ctx.instructions, workdir, url),
+                    prepare_home=prepare_home)
+    return run_cli(ctx, wiring, exe)

@@ -1,0 +1,488 @@
+"""The API gateway of the coding-agent CLIs: the only road from an agent's sandbox to its model.
+
+The sandbox has no network (`network=api_only`). Its CLI is pointed at a plain-http endpoint on
+127.0.0.1 inside the sandbox (`ai4ai-launch --forward` relays it to a unix socket bound in);
+the harness serves that socket here and forwards each request to the configured upstream
+(`agent.base_url`, TLS for https, plain http allowed for a local server), so:
+
+- the real key never enters the sandbox: the CLI holds a dummy, the gateway drops every auth
+  header it sends and injects the real key (`x-api-key` or `Authorization: Bearer`);
+- usage is read from the API's own responses (JSON bodies and SSE streams, Anthropic Messages
+  and OpenAI Responses / Chat Completions), per request, priced from the agent config, and
+  counted as the bytes pass, so a run cut mid-stream keeps what was reported so far;
+- once the recorded cost reaches `max_usd`, the next request is refused (and logged) and
+  `on_cap` is called so the harness ends the agent;
+- 429 and 5xx answers are retried with backoff, honouring `Retry-After`, before anything is
+  sent back; each retry is recorded;
+- every call is appended to a JSON-lines log in the run directory.
+
+Nothing the agent's processes print is read for cost: this module is the only source.
+"""
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json
+import socket
+import socketserver
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Callable
+from urllib.parse import urlsplit
+
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+              "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding"}
+AUTH_HEADERS = {"x-api-key", "authorization", "api-key"}
+MAX_BODY = 64 << 20              # a request body larger than this is refused (no CLI sends one)
+RETRY_STATUSES = {429, 500, 502, 503, 504, 529}
+TOKEN_KEYS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens")
+PRICE_KEYS = {"input_tokens": "input", "cached_input_tokens": "cached_input",
+              "cache_write_tokens": "cache_write", "output_tokens": "output"}
+
+
+class GatewayError(ValueError):
+    """A bad gateway configuration (raised before the agent starts)."""
+
+
+@dataclass(frozen=True)
+class Upstream:
+    scheme: str
+    host: str
+    port: int
+    path: str                    # the base URL's path; the CLI is given the same path on the gateway
+
+    @classmethod
+    def parse(cls, url: str) -> "Upstream":
+        u = urlsplit(str(url))
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise GatewayError(f"agent.base_url={url!r}: use an http(s) URL such as https://api.anthropic.com")
+        return cls(u.scheme, u.hostname, u.port or (443 if u.scheme == "https" else 80), u.path.rstrip("/"))
+
+    @property
+    def host_port(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def normalize_usage(usage: dict | None) -> dict:
+    """One shape for every vendor's usage block. input_tokens counts every prompt token the API
+    processed (uncached, cache reads and cache writes); output_tokens includes reasoning."""
+    out = dict.fromkeys(TOKEN_KEYS, 0)
+    if not isinstance(usage, dict):
+        return out
+
+    def num(d, k):
+        v = d.get(k) if isinstance(d, dict) else None
+        return int(v) if isinstance(v, (int, float)) and v >= 0 else 0
+    if "prompt_tokens" in usage or "completion_tokens" in usage:          # OpenAI Chat Completions
+        out["input_tokens"] = num(usage, "prompt_tokens")
+        out["cached_input_tokens"] = num(usage.get("prompt_tokens_details"), "cached_tokens")
+        out["output_tokens"] = num(usage, "completion_tokens")
+        out["reasoning_tokens"] = num(usage.get("completion_tokens_details"), "reasoning_tokens")
+    elif "input_tokens_details" in usage or "output_tokens_details" in usage or "total_tokens" in usage:
+        out["input_tokens"] = num(usage, "input_tokens")                    # OpenAI Responses (includes cached)
+        out["cached_input_tokens"] = num(usage.get("input_tokens_details"), "cached_tokens")
+        out["output_tokens"] = num(usage, "output_tokens")
+        out["reasoning_tokens"] = num(usage.get("output_tokens_details"), "reasoning_tokens")
+    else:                                                                    # Anthropic Messages
+        read, write = num(usage, "cache_read_input_tokens"), num(usage, "cache_creation_input_tokens")
+        out["input_tokens"] = num(usage, "input_tokens") + read + write
+        out["cached_input_tokens"] = read
+        out["cache_write_tokens"] = write
+        out["output_tokens"] = num(usage, "output_tokens")
+    return out
+
+
+def price_for(prices: dict, model: str | None) -> dict:
+    """The price table of `model`: the longest key of `prices` that prefixes it, else `default`."""
+    best = None
+    for name in prices or {}:
+        if name != "default" and model and str(model).startswith(str(name)) and (best is None or len(name) > len(best)):
+            best = name
+    return dict((prices or {}).get(best or "default") or {})
+
+
+def cost_usd(tokens: dict, table: dict) -> float:
+    """USD of one call; prices are per million tokens. Cached and cache-write tokens are priced on
+    their own (falling back to the input price) and not again as plain input."""
+    p_in = float(table.get("input") or 0.0)
+    uncached = tokens["input_tokens"] - tokens["cached_input_tokens"] - tokens["cache_write_tokens"]
+    usd = max(uncached, 0) * p_in
+    usd += tokens["cached_input_tokens"] * float(table.get("cached_input", p_in) or 0.0)
+    usd += tokens["cache_write_tokens"] * float(table.get("cache_write", p_in) or 0.0)
+    usd += tokens["output_tokens"] * float(table.get("output") or 0.0)
+    return usd / 1e6
+
+
+class UsageReader:
+    """Reads usage out of a response as its bytes pass: SSE events or one JSON body."""
+
+    def __init__(self, streaming: bool):
+        self.streaming = streaming
+        self.model: str | None = None
+        self.raw: dict = {}                   # the latest vendor usage seen, merged field by field
+        self._buf = b""
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.streaming:
+            if len(self._buf) < MAX_BODY:
+                self._buf += chunk
+            return
+        self._buf += chunk
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            line = line.rstrip(b"\r")
+            if not line:
+                self._dispatch()
+            elif line.startswith(b"data:"):
+                self._data.append(line[5:].strip())
+
+    def finish(self) -> None:
+        if self.streaming:
+            self._dispatch()
+        else:
+            try:
+                self._event(json.loads(self._buf))
+            except ValueError:
+                pass
+
+    def _dispatch(self) -> None:
+        data, self._data = b"\n".join(self._data), []
+        if data and data != b"[DONE]":
+            try:
+                self._event(json.loads(data))
+            except ValueError:
+                pass
+
+    def _merge(self, usage) -> None:
+        if isinstance(usage, dict):
+            for k, v in usage.items():
+                if v is not None:
+                    self.raw[k] = v
+
+    def _event(self, ev) -> None:
+        if not isinstance(ev, dict):
+            return
+        kind = ev.get("type")
+        if kind == "message_start":                        # Anthropic: input usage up front
+            msg = ev.get("message") or {}
+            self.model = msg.get("model") or self.model
+            self._merge(msg.get("usage"))
+        elif kind == "message_delta":                      # Anthropic: cumulative output so far
+            self._merge(ev.get("usage"))
+        elif isinstance(kind, str) and kind.startswith("response.") and isinstance(ev.get("response"), dict):
+            resp = ev["response"]                          # OpenAI Responses: usage at completion
+            self.model = resp.get("model") or self.model
+            if resp.get("usage"):
+                self.raw = {}
+                self._merge(resp["usage"])
+        else:                                              # a JSON body, or a Chat Completions chunk
+            self.model = ev.get("model") or self.model
+            if isinstance(ev.get("usage"), dict):
+                if "prompt_tokens" in ev["usage"] or "total_tokens" in ev["usage"]:
+                    self.raw = {}
+                self._merge(ev["usage"])
+
+    def tokens(self) -> dict:
+        return normalize_usage(self.raw)
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+@dataclass
+class Gateway:
+    socket_path: Path
+    upstream: Upstream
+    key: str
+    auth: str                                        # x-api-key | bearer
+    prices: dict
+    log_path: Path
+    max_usd: float | None = None
+    on_cap: Callable[[], None] | None = None
+    max_retries: int = 4
+    backoff_s: float = 1.0
+    max_wait_s: float = 60.0
+    timeout_s: float = 600.0
+    extra_headers: dict = field(default_factory=dict)
+    totals: dict = field(default_factory=lambda: dict(dict.fromkeys(TOKEN_KEYS, 0), usd=0.0))
+    calls: int = 0                                   # calls that reached the upstream (any status)
+    ok_calls: int = 0                                # of them, answered 2xx
+    refused: int = 0
+    retries: int = 0
+    failures: int = 0                                # the upstream could not be reached at all
+    capped: bool = False
+    last_status: int | None = None
+
+    def __post_init__(self):
+        self._lock = threading.Lock()
+        self._active = 0
+        self._idle = threading.Condition(self._lock)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        gw = self
+
+        class Handler(_Handler):
+            gateway = gw
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "a")
+        self._srv = _Server(str(self.socket_path), Handler)
+        self.socket_path.chmod(0o777)           # the sandbox's unprivileged user connects to it
+        threading.Thread(target=self._srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+
+    def stop(self, drain_s: float = 10.0) -> None:
+        """Stop accepting; give calls in flight `drain_s` to record what they saw."""
+        self._srv.shutdown()
+        self._srv.server_close()
+        with self._idle:
+            self._idle.wait_for(lambda: self._active == 0, timeout=drain_s)
+        with self._lock:
+            self._log.close()
+
+    def summary(self) -> dict:
+        with self._lock:
+            return {**{k: self.totals[k] for k in TOKEN_KEYS}, "usd": round(self.totals["usd"], 6),
+                    "calls": self.calls, "ok_calls": self.ok_calls, "refused": self.refused,
+                    "retries": self.retries, "failures": self.failures, "capped": self.capped,
+                    "source": "gateway", "upstream": f"{self.upstream.scheme}://{self.upstream.host_port}"}
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _write(self, row: dict) -> None:
+        with self._lock:
+            if not self._log.closed:
+                self._log.write(json.dumps(row) + "\n")
+                self._log.flush()
+
+    def over_cap(self) -> bool:
+        with self._lock:
+            return self.max_usd is not None and self.totals["usd"] >= float(self.max_usd)
+
+    def account(self, tokens: dict, usd: float) -> None:
+        with self._lock:
+            for k in TOKEN_KEYS:
+                self.totals[k] += tokens[k]
+            self.totals["usd"] += usd
+            tripped = self.max_usd is not None and self.totals["usd"] >= float(self.max_usd) and not self.capped
+            if tripped:
+                self.capped = True
+        if tripped and self.on_cap:
+            self.on_cap()
+
+    def connect(self) -> http.client.HTTPConnection:
+        u = self.upstream
+        if u.scheme == "https":
+            return http.client.HTTPSConnection(u.host, u.port, timeout=self.timeout_s,
+                                               context=ssl.create_default_context())
+        return http.client.HTTPConnection(u.host, u.port, timeout=self.timeout_s)
+
+    def retry_wait(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after:
+            try:
+                return min(max(float(retry_after), 0.0), self.max_wait_s)
+            except ValueError:
+                when = email.utils.parsedate_to_datetime(retry_after) if retry_after else None
+                if when is not None:
+                    return min(max(when.timestamp() - time.time(), 0.0), self.max_wait_s)
+        return min(self.backoff_s * (2 ** attempt), self.max_wait_s)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    gateway: Gateway
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):      # the call log is ours; no stderr chatter
+        pass
+
+    def address_string(self):
+        return "sandbox"
+
+    def do_GET(self):
+        self._proxy()
+
+    def do_POST(self):
+        self._proxy()
+
+    def do_PUT(self):
+        self._proxy()
+
+    def do_DELETE(self):
+        self._proxy()
+
+    def do_HEAD(self):
+        self._proxy()
+
+    # ------------------------------------------------------------------
+    def _read_body(self) -> bytes | None:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return body
+                body += self.rfile.read(size)
+                self.rfile.readline()
+                if len(body) > MAX_BODY:
+                    return None
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n <= MAX_BODY else None
+
+    def _reply(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def _error(self, status: int, kind: str, message: str) -> None:
+        # Both vendors' error shapes at once, so either CLI shows the message.
+        self._reply(status, {"type": "error", "error": {"type": kind, "message": message, "code": kind}})
+
+    def _proxy(self) -> None:
+        gw = self.gateway
+        with gw._lock:
+            gw._active += 1
+        try:
+            self._proxy_inner(gw)
+        finally:
+            with gw._idle:
+                gw._active -= 1
+                gw._idle.notify_all()
+
+    def _proxy_inner(self, gw: Gateway) -> None:
+        t0 = time.time()
+        row = {"t": round(t0, 3), "method": self.command, "path": self.path.split("?")[0]}
+        body = self._read_body()
+        if body is None:
+            row.update(status=413, refused="request body too large")
+            gw._write(row)
+            return self._error(413, "request_too_large", "ai4ai gateway: request body too large")
+        try:
+            req = json.loads(body) if body else {}
+        except ValueError:
+            req = {}
+        req = req if isinstance(req, dict) else {}
+        row["model"] = req.get("model")
+        streaming = bool(req.get("stream"))
+        if gw.over_cap():
+            with gw._lock:
+                gw.refused += 1
+            row.update(status=403, refused="max_usd", usd_so_far=round(gw.totals["usd"], 6))
+            gw._write(row)
+            return self._error(403, "permission_error",
+                               f"ai4ai gateway: this run's spending cap (max_usd={gw.max_usd}) is reached; "
+                               "no further model calls are allowed")
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP | AUTH_HEADERS}
+        headers.update(gw.extra_headers)
+        if gw.auth == "bearer":
+            headers["Authorization"] = f"Bearer {gw.key}"
+        else:
+            headers["x-api-key"] = gw.key
+        headers["Host"] = gw.upstream.host if gw.upstream.port in (80, 443) else gw.upstream.host_port
+        headers["Accept-Encoding"] = "identity"            # usage is read from the plain bytes
+        retries = []
+        resp = conn = None
+        for attempt in range(gw.max_retries + 1):
+            try:
+                conn = gw.connect()
+                conn.request(self.command, self.path, body=body if body else None, headers=headers)
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                resp = None
+                if attempt < gw.max_retries:
+                    wait = gw.retry_wait(attempt, None)
+                    retries.append({"status": None, "error": type(e).__name__, "wait_s": round(wait, 2)})
+                    time.sleep(wait)
+                    continue
+                with gw._lock:
+                    gw.failures += 1
+                row.update(status=502, error=f"upstream unreachable: {type(e).__name__}", retries=retries,
+                           latency_s=round(time.time() - t0, 3))
+                gw._write(row)
+                return self._error(502, "api_error", f"ai4ai gateway: upstream {gw.upstream.host_port} unreachable")
+            if resp.status in RETRY_STATUSES and attempt < gw.max_retries:
+                wait = gw.retry_wait(attempt, resp.getheader("Retry-After"))
+                resp.read()
+                conn.close()
+                retries.append({"status": resp.status, "wait_s": round(wait, 2)})
+                with gw._lock:
+                    gw.retries += 1
+                time.sleep(wait)
+                continue
+            break
+        with gw._lock:
+            gw.calls += 1
+            gw.ok_calls += 200 <= resp.status < 300
+            gw.last_status = resp.status
+        event_stream = "text/event-stream" in (resp.getheader("Content-Type") or "")
+        reader = UsageReader(streaming or event_stream)
+        ended = "upstream"          # who ended the answer: the upstream (normal) or the agent's side
+        try:
+            self.send_response(resp.status)
+            for k, v in resp.getheaders():
+                if k.lower() not in HOP_BY_HOP | {"content-encoding"}:
+                    self.send_header(k, v)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            while True:
+                try:
+                    chunk = resp.read1(65536)
+                except (OSError, http.client.HTTPException):
+                    ended = "upstream error"
+                    break
+                if not chunk:
+                    break
+                reader.feed(chunk)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            # The agent's side went away (it was ended, or it stopped reading after the last event
+            # it needed): usage counts as reported up to here, and the upstream call is closed.
+            ended = "agent" if ended == "upstream" else ended
+        finally:
+            conn.close()
+            reader.finish()
+            tokens = reader.tokens()
+            model = reader.model or row.get("model")
+            usd = cost_usd(tokens, price_for(gw.prices, model))
+            gw.account(tokens, usd)
+            row.update(model=model, status=resp.status, stream=reader.streaming, ended=ended,
+                       latency_s=round(time.time() - t0, 3), usage=tokens, usd=round(usd, 6),
+                       retries=retries)
+            gw._write(row)
+
+
+def serve_socket_path(directory: Path) -> Path:
+    """Where the gateway listens: a short path (unix socket paths are limited to ~107 bytes)."""
+    p = directory / "api.sock"
+    if len(str(p)) > 100:
+        raise GatewayError(f"socket path too long: {p}")
+    return p
+
+
+def probe(socket_path: Path, timeout: float = 5.0) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(str(socket_path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
