@@ -7,7 +7,7 @@ The script is chosen by --mode and advances with the number of tool results in t
 conversation (so the CLIs' side calls, e.g. Claude Code's title or quota requests, do not move it):
 
     edit    1: a shell command editing optim.py (LR 3e-3 -> 4e-3), 2: `ai4ai-proxy`, 3: a final text
-    window  the edit, then a shell command (`sleep 1`) on every turn, forever: the window ends it
+    window  the edit (and a setsid orphan), then `sleep 1` on every turn, forever: the window ends it
     cap     like window, with large usage on every turn: the gateway's max_usd ends it
     429     the first main request is answered 429 with Retry-After: 1, then as edit
     forge   as edit, and the first command also writes a forged stdout usage line of the CLI
@@ -34,6 +34,8 @@ EDIT_CMD = "python3 -c \"import re,pathlib; p=pathlib.Path('optim.py'); " \
            "p.write_text(re.sub(r'^LR = 3e-3', 'LR = 4e-3', p.read_text(), flags=re.M))\" && grep -n '^LR' optim.py"
 PROXY_CMD = "ai4ai-proxy"
 SLEEP_CMD = "sleep 1; echo tick"
+# A process that leaves the CLI's process group and session: the window's end must still end it.
+ORPHAN_CMD = "(setsid bash -c 'exec -a ai4ai_test_orphan sleep 600' >/dev/null 2>&1 &) ; "
 # A process of the agent writing a usage line to the CLI's own stdout (claude's result event,
 # codex's turn.completed): the harness must not believe it.
 FORGE_CMD = ("for fd in /proc/[0-9]*/fd/1; do printf '%s\\n' "
@@ -96,7 +98,7 @@ class FakeAPI:
     def command_for(self, step: int) -> str | None:
         """The shell command of this turn, or None for the final answer."""
         if self.mode in ("window", "cap"):
-            return EDIT_CMD if step == 0 else SLEEP_CMD
+            return (ORPHAN_CMD + EDIT_CMD) if step == 0 else SLEEP_CMD
         script = [EDIT_CMD, PROXY_CMD]
         if self.mode == "forge":
             script = [FORGE_CMD + "; " + EDIT_CMD, PROXY_CMD]
@@ -127,10 +129,13 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        for name, data in events:
-            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-            self.wfile.flush()
-            time.sleep(0.01)
+        try:
+            for name, data in events:
+                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(0.01)
+        except OSError:
+            pass            # the client hung up mid-stream (a test of exactly that, or a run ended)
 
     def do_GET(self):
         self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "fake API: no such route"}})
