@@ -23,20 +23,22 @@ Proxy scores: run `ai4ai-proxy` in a shell. The harness trains your current edit
 this scale's budget in a fresh sandbox and answers with the validation metric and its place on
 the 0 / 0.1 / 1.0 scale (against validation anchors). Calls run one at a time and their time
 counts against your window. `ai4ai-proxy --submit` marks the current files as your submission
-(otherwise the files as they stand at the deadline are taken); `ai4ai-proxy --status` shows the
-time left. The score that counts is the hidden one, on other seeds and other data.
+(otherwise the files as they stand at the deadline are taken); `ai4ai-time` prints the seconds
+left in your window, `ai4ai-proxy --status` the same and your proxy calls so far. The score that counts is the hidden one, on other seeds and other data.
 """
 
 
 def render(task: Task, scale: str, window_s: float, started: float | None = None) -> str:
     started = started or time.time()
-    deadline = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started + window_s))
+    deadline = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started + window_s))
     editable = ", ".join(list(task.editable_files) + ([f"new .py files in {task.editable_folder}/"]
                                                       if task.editable_folder else []))
     parts = [
         f"# Task: {task.name} ({task.family})\n\n{task.description}\n",
-        f"Scale: {scale}. Your window is {window_s / 60:.0f} minutes of wall clock and ends at {deadline}; "
-        f"at the deadline your processes are ended and the editable files are taken as your submission.\n",
+        f"Scale: {scale}. Your window is {window_s:.0f} seconds ({window_s / 60:.1f} minutes) of wall clock and "
+        f"ends at {deadline} (Unix time {int(started + window_s)}); at the deadline your processes are ended and "
+        f"the editable files are taken as your submission. Run `ai4ai-time` in a shell at any time: it prints the "
+        f"seconds left. Plan your proxy calls so that the last one finishes before the deadline.\n",
         f"Goal: improve the training algorithm so that the trained model scores better on the hidden "
         f"metric ({task.metric.name}, {'higher' if task.metric.direction == 'max' else 'lower'} is better).\n",
         RULES.format(editable=editable),

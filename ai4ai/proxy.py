@@ -198,7 +198,7 @@ def client_bin(run_dir: Path) -> Path:
     """A folder holding `ai4ai-proxy` and `ai4ai-launch` (bound read-only into the agent's sandbox)."""
     d = run_dir / ".harness" / "bin"
     d.mkdir(parents=True, exist_ok=True)
-    for src, name in (("proxy_client.py", "ai4ai-proxy"), ("launcher.py", "ai4ai-launch")):
+    for src, name in (("proxy_client.py", "ai4ai-proxy"), ("proxy_client.py", "ai4ai-time"), ("launcher.py", "ai4ai-launch")):
         target = d / name
         shutil.copyfile(PROJECT_ROOT / "ai4ai" / src, target)
         target.chmod(0o755)

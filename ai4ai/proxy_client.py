@@ -6,6 +6,7 @@
                            its position on the 0 / 0.1 / 1.0 scale
     ai4ai-proxy --submit   mark the current editable files as your submission
     ai4ai-proxy --status   time left in the window, proxy calls so far
+    ai4ai-time             the seconds left in the window (also `ai4ai-proxy --time`)
 
 Calls are served one at a time; their time counts against your window.
 Standard library only: this file runs inside the agent's sandbox.
@@ -14,10 +15,23 @@ import json
 import os
 import socket
 import sys
+import time
+
+
+def seconds_left() -> int:
+    """From the deadline the harness put in the environment: needs no call to the harness."""
+    deadline = os.environ.get("AI4AI_DEADLINE")
+    if not deadline:
+        print("ai4ai-time: AI4AI_DEADLINE is not set (not inside an agent sandbox?)", file=sys.stderr)
+        return 2
+    print(max(0, int(float(deadline) - time.time())))
+    return 0
 
 
 def main() -> int:
     args = sys.argv[1:]
+    if os.path.basename(sys.argv[0]) == "ai4ai-time" or args[:1] == ["--time"]:
+        return seconds_left()
     cmd = "score"
     if args and args[0] in ("--submit", "submit"):
         cmd = "submit"

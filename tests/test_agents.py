@@ -156,3 +156,19 @@ def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(t
     for p in (tmp_path / "run").rglob("*"):
         if p.is_file():
             assert KEY.encode() not in p.read_bytes(), p
+
+
+def test_the_agent_knows_its_time(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+    from ai4ai.instructions import render
+    from ai4ai.proxy import client_bin
+    from ai4ai.task import load_task
+    text = render(load_task("optimizer"), "ci", 120, started=1_800_000_000)
+    assert "120 seconds" in text and "Unix time 1800000120" in text and "ai4ai-time" in text
+    exe = client_bin(tmp_path) / "ai4ai-time"
+    env = {"PATH": "/usr/bin:/bin", "AI4AI_DEADLINE": str(int(time.time()) + 300)}
+    out = subprocess.run([sys.executable, str(exe)], env=env, capture_output=True, text=True)
+    assert out.returncode == 0 and 295 <= int(out.stdout) <= 300
+    out = subprocess.run([sys.executable, str(exe)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert out.returncode == 2 and "AI4AI_DEADLINE" in out.stderr
