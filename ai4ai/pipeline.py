@@ -25,7 +25,7 @@ from .proxy import ProxyServer, choose_submission, client_bin, trajectory_summar
 from .grade import GradeSetup, Scored, cap_seconds, grade_seeds, score_seeds, write_json
 from .instructions import render
 from .provenance import benchmark_version, default_device, device_class, task_version, torch_minor, versions
-from .sandbox import KERNELS_DIR, Mount, Sandbox, resolve_backend
+from .sandbox import agent_sandbox, resolve_backend
 from .submission import Submission, from_patch, from_workspace
 from .task import Task, TaskError, load_task, parse_task
 from .workspace import agent_workspace, pristine_copy
@@ -305,15 +305,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     server = ProxyServer(setup=proxy_setup, pristine=pristine, workspace=ws, run_dir=run_dir,
                          validation=rec.validation, deadline=t_start + window_s)
     sock_dir = server.start()
-    sb = Sandbox(backend=ctx.backend, network=agent_cfg.get("network") is True,
-                 mounts=[Mount("/workspace", ws, True), Mount("/home/agent", home, True),
-                         Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False),
-                         Mount("/opt/ai4ai/bin", client_bin(run_dir), False), Mount("/run/ai4ai", sock_dir, True)])
-    env = sb.base_env("/home/agent")
-    env.update(OMP_NUM_THREADS=str(ctx.threads), AI4AI_SCALE=ctx.scale, AI4AI_WINDOW_S=str(int(window_s)),
-               AI4AI_DEADLINE=str(int(t_start + window_s)), AI4AI_PROXY_SOCKET=sb.path("/run/ai4ai") + "/proxy.sock",
-               PATH=sb.path("/opt/ai4ai/bin") + ":" + env["PATH"])
-    sb.env = env
+    sb = agent_sandbox(ctx.backend, ws, home, client_bin(run_dir), sock_dir, network=agent_cfg.get("network") is True,
+                       threads=ctx.threads, scale=ctx.scale, window_s=window_s, deadline=t_start + window_s)
     instructions = render(ctx.task, ctx.scale, window_s, t_start)
     (run_dir / "instructions.md").write_text(instructions)
     say(f"agent phase: window {window_s:.0f} s, sandbox {ctx.backend}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pwd
 import shutil
 import signal
 import site
@@ -41,6 +42,56 @@ _LIMITER = ("import os, resource, sys\n"
             "if m > 0:\n"
             "    resource.setrlimit(resource.RLIMIT_AS, (m, m))\n"
             "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+# Under bwrap as root, the command is started through this trampoline: bwrap (privileged, no user
+# namespace) keeps only CAP_SETUID/CAP_SETGID for it, and it drops to the unprivileged sandbox
+# user before exec. setresuid away from 0 clears every permitted and effective capability, and
+# bwrap sets no_new_privs, so no setuid binary or file capability can raise them again. The
+# alternative, a user namespace mapped `0 0 1`, leaves the phase as host uid 0: it could open
+# /proc/sys/kernel/core_pattern for writing, and the kernel runs the program named there as root.
+_DROP = ("import os, sys\n"
+         "u, g = int(sys.argv[1]), int(sys.argv[2])\n"
+         "os.setgroups([])\n"
+         "os.setresgid(g, g, g)\n"
+         "os.setresuid(u, u, u)\n"
+         "if 0 in os.getresuid() or 0 in os.getresgid():\n"
+         "    sys.exit('ai4ai sandbox: could not drop root')\n"
+         "os.execvp(sys.argv[3], sys.argv[3:])\n")
+
+# Writable kernel interfaces under a fresh /proc, bound read-only over it (each if present).
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+
+
+def sandbox_user() -> tuple[int, int] | None:
+    """(uid, gid) a phase runs as when the harness is root: AI4AI_SANDBOX_UID/GID, else `nobody`.
+
+    None when the harness is not root: bwrap then maps the caller's own (unprivileged) uid."""
+    if os.geteuid() != 0:
+        return None
+    if os.environ.get("AI4AI_SANDBOX_UID"):
+        uid = int(os.environ["AI4AI_SANDBOX_UID"])
+        return uid, int(os.environ.get("AI4AI_SANDBOX_GID", uid))
+    try:
+        pw = pwd.getpwnam("nobody")
+        uid, gid = pw.pw_uid, pw.pw_gid
+    except KeyError:
+        uid, gid = 65534, 65534
+    if uid == 0 or gid == 0:
+        raise SandboxError("the sandbox user maps to uid or gid 0; set AI4AI_SANDBOX_UID to an unprivileged id")
+    return uid, gid
+
+
+def give_to_sandbox_user(path: Path) -> None:
+    """Make a writable mount the sandbox user's own (the whole tree: a workspace is a repo copy)."""
+    user = sandbox_user()
+    if user is None:
+        return
+    uid, gid = user
+    os.chown(path, uid, gid, follow_symlinks=False)
+    for root, dirs, files in os.walk(path):
+        for n in dirs + files:
+            os.chown(os.path.join(root, n), uid, gid, follow_symlinks=False)
 
 
 def default_memory_limit() -> int:
@@ -171,24 +222,52 @@ class Sandbox:
         # such as API keys would show in the process list); bwrap hands it to the command.
         # --cap-drop ALL: when the harness runs as root, bwrap otherwise leaves the command every
         # capability in its namespace, enough to remount the read-only binds read-write.
-        a = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-        if self.network:
-            a.append("--share-net")
+        user = sandbox_user()
+        if user is None:       # unprivileged: bwrap maps the caller's own uid in a user namespace
+            a = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+            if self.network:
+                a.append("--share-net")
+        else:                  # root: no user namespace (it would keep host uid 0); see _DROP
+            a = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
+                 "--die-with-parent", "--new-session"]
+            if not self.network:
+                a.append("--unshare-net")
+        # --cap-drop ALL: as root, bwrap otherwise leaves the command every capability, enough to
+        # remount the read-only binds read-write; the trampoline needs only setuid/setgid to drop root.
+        a += ["--cap-drop", "ALL"]
+        if user is not None:
+            a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         for sysdir in ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"):
             if os.path.exists(sysdir):
                 a += ["--ro-bind", sysdir, sysdir]
         # the private /tmp first: an interpreter or venv that lives under /tmp is bound on top of it
-        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-        for d in _python_dirs():
-            a += ["--ro-bind", str(d), str(d)]
-        if self.gpu:
-            for dev in sorted(Path("/dev").glob("nvidia*")):
-                a += ["--dev-bind", str(dev), str(dev)]
+        a += ["--proc", "/proc"]
+        for knob in PROC_READ_ONLY:
+            a += ["--ro-bind-try", knob, knob]
+        a += ["--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+        binds = [(str(d), str(d), False) for d in _python_dirs()]
         for m in self.mounts:
             if _under(PROJECT_ROOT, m.host) and not m.host.resolve() == KERNELS_DIR.resolve():
                 raise SandboxError(f"refusing to mount {m.host}: it contains the project root")
-            a += ["--bind" if m.writable else "--ro-bind", str(m.host), m.inside]
+            binds.append((str(m.host), m.inside, m.writable))
+        # Folders bwrap makes on the way to a mount point copy the host's modes (/root is 0700): made
+        # 0755 here first, or the unprivileged sandbox user could not reach the interpreter under it.
+        bound = {"/tmp", "/proc", "/dev", "/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"} | {b[1] for b in binds}
+        made = {"/"}
+        for _, inside, _ in binds:
+            for parent in map(str, reversed(Path(inside).parents)):
+                if parent in made or parent in bound or any(parent.startswith(b + "/") for b in bound):
+                    continue        # exists already, or comes with a bind
+                a += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        for host, inside, writable in binds:
+            a += ["--bind" if writable else "--ro-bind", host, inside]
+        if self.gpu:
+            for dev in sorted(Path("/dev").glob("nvidia*")):
+                a += ["--dev-bind", str(dev), str(dev)]
         a += ["--chdir", cwd_inside, "--"]
+        if user is not None:
+            a += [sys.executable, "-I", "-S", "-c", _DROP, str(user[0]), str(user[1])]
         return a + command
 
     def run(self, command: list[str], cwd_inside: str, timeout_s: float, log_path: Path,
@@ -202,6 +281,8 @@ class Sandbox:
         for m in self.mounts:
             if m.writable:
                 m.host.mkdir(parents=True, exist_ok=True)
+                if self.backend == "bwrap":
+                    give_to_sandbox_user(m.host)
         env = dict(self.env)
         if self.backend == "none":
             cwd = self.host(cwd_inside)
@@ -250,6 +331,24 @@ class Sandbox:
             reader.join(timeout=5)
         return Outcome(returncode=None if timed_out else proc.returncode, timed_out=timed_out,
                        wall_s=wall, killed_stragglers=stragglers, limit=limit)
+
+
+def agent_sandbox(backend: str, workspace: Path, home: Path, bin_dir: Path, sock_dir: Path, *, network: bool,
+                  threads: int, scale: str, window_s: float, deadline: float) -> Sandbox:
+    """The agent phase's sandbox: the workspace and a private home writable, the proxy client and its
+    socket, the kernels package; nothing else of the project. The one definition `pipeline.run` and
+    the red-team suite both use."""
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    sb = Sandbox(backend=backend, network=network,
+                 mounts=[Mount("/workspace", workspace, True), Mount("/home/agent", home, True),
+                         Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False),
+                         Mount("/opt/ai4ai/bin", bin_dir, False), Mount("/run/ai4ai", sock_dir, True)])
+    env = sb.base_env("/home/agent")
+    env.update(OMP_NUM_THREADS=str(threads), AI4AI_SCALE=scale, AI4AI_WINDOW_S=str(int(window_s)),
+               AI4AI_DEADLINE=str(int(deadline)), AI4AI_PROXY_SOCKET=sb.path("/run/ai4ai") + "/proxy.sock",
+               PATH=sb.path("/opt/ai4ai/bin") + ":" + env["PATH"])
+    sb.env = env
+    return sb
 
 
 def _tree_size(pid: int) -> int:

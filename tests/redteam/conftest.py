@@ -12,7 +12,7 @@ import pytest
 
 from ai4ai import PROJECT_ROOT
 from ai4ai.provenance import UNVERSIONED, tree_sha256
-from ai4ai.sandbox import KERNELS_DIR, Mount, Sandbox, bwrap_available
+from ai4ai.sandbox import Sandbox, bwrap_available
 from ai4ai.submission import unified_diff
 
 FROZEN = ("repos_frozen", "grader_hidden", "kernels")
@@ -48,14 +48,15 @@ def pristine(tmp_path, task):
 
 
 def agent_sandbox(tmp_path: Path, backend: str = "bwrap") -> tuple[Sandbox, Path]:
-    """The agent phase's sandbox, with the mounts pipeline.run gives it."""
+    """The agent phase's sandbox, built by the same function pipeline.run calls."""
+    import time
+
+    from ai4ai.sandbox import agent_sandbox as make
     ws, home, binx, sock = (tmp_path / n for n in ("workspace", "agent_home", "bin", "sock"))
     for d in (ws, home / "tmp", binx, sock):
         d.mkdir(parents=True, exist_ok=True)
-    sb = Sandbox(backend=backend, mounts=[Mount("/workspace", ws, True), Mount("/home/agent", home, True),
-                                          Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False),
-                                          Mount("/opt/ai4ai/bin", binx, False), Mount("/run/ai4ai", sock, True)])
-    sb.env = sb.base_env("/home/agent")
+    sb = make(backend, ws, home, binx, sock, network=False, threads=2, scale="ci", window_s=120,
+              deadline=time.time() + 120)
     return sb, ws
 
 
