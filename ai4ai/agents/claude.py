@@ -39,8 +39,15 @@ def sandbox_env(url: str) -> dict:
             "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 
 
+def cli_error(event: dict) -> str | None:
+    """stream-json's final `result` event says whether the session failed, and why."""
+    if event.get("type") == "result" and (event.get("is_error") or str(event.get("subtype", "")).startswith("error")):
+        return str(event.get("result") or event.get("subtype"))
+    return None
+
+
 def run(ctx: AgentContext) -> AgentOutcome:
     exe = resolve_executable(ctx.config, INSTALL)
     wiring = Wiring(auth="x-api-key", default_base_url=DEFAULT_BASE_URL, env=sandbox_env,
-                    argv=lambda url: build_argv(str(exe), ctx.config, ctx.instructions))
+                    argv=lambda url: build_argv(str(exe), ctx.config, ctx.instructions), cli_error=cli_error)
     return run_cli(ctx, wiring, exe)

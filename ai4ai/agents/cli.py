@@ -7,6 +7,7 @@ for cost, since every process of the agent can write to it.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -42,6 +43,9 @@ class Wiring:
     env: Callable[[str], dict]                  # gateway URL inside the sandbox -> the CLI's env
     argv: Callable[[str], list]                 # gateway URL inside the sandbox -> the command
     prepare_home: Callable[[Path], None] = lambda home: None
+    # An error message the CLI reported in one of its JSON events, or None. Only used to name what
+    # failed in an `error` result; never for cost.
+    cli_error: Callable[[dict], str | None] = lambda event: None
 
 
 def resolve_executable(cfg: dict, install_hint: str) -> Path:
@@ -111,27 +115,42 @@ def _free_port() -> int:
 
 
 class Transcript:
-    """The CLI's stdout, line by line, for reading afterwards. Never parsed for cost."""
+    """The CLI's stdout, line by line, for reading afterwards. Never parsed for cost (any process
+    of the agent can write to it); only the CLI's own error messages are kept, to name a failure."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, cli_error: Callable[[dict], str | None]):
         self.lines = 0
+        self.errors: list[str] = []
+        self._cli_error = cli_error
         self._file = open(path, "a")
 
     def on_line(self, line: str) -> None:
         self.lines += 1
         self._file.write(line + "\n")
         self._file.flush()
+        if line.startswith("{"):
+            try:
+                msg = self._cli_error(json.loads(line))
+            except (ValueError, AttributeError, TypeError):
+                msg = None
+            if msg:
+                self.errors = (self.errors + [str(msg)[:300]])[-3:]
 
     def close(self) -> None:
         self._file.close()
 
 
-def _api_error(kind: str, out, gw: dict, log_path: Path) -> str | None:
+def _api_error(kind: str, out, gw: dict, log_path: Path, cli_errors: list[str]) -> str | None:
     """Why the agent never worked, in its own words, or None when it made a successful model call."""
     if gw["ok_calls"] > 0:
         return None
+    said = f"; {kind} said: {cli_errors[-1]}" if cli_errors else ""
+    return _why(kind, out, gw, log_path) + said
+
+
+def _why(kind: str, out, gw: dict, log_path: Path) -> str:
     if gw["refused"] and not gw["calls"]:
-        return f"agent never reached its model API: the gateway refused the first call (max_usd cap)"
+        return "agent never reached its model API: the gateway refused the first call (max_usd cap)"
     if gw["calls"]:
         return f"agent never reached its model API: the upstream answered every call with an error " \
                f"(last status {gw['last_status']}; see api_calls.jsonl)"
@@ -181,7 +200,7 @@ def run_cli(ctx: AgentContext, wiring: Wiring, exe: Path) -> AgentOutcome:
     sock = sb.path(GATEWAY_INSIDE) + "/api.sock"
     command = ["python", sb.path("/opt/ai4ai/bin") + "/ai4ai-launch", "--forward", f"{port}:{sock}", "--",
                *wiring.argv(url)]
-    transcript = Transcript(run_dir / "transcript.jsonl")
+    transcript = Transcript(run_dir / "transcript.jsonl", wiring.cli_error)
     gw.start()
     try:
         out = sb.run(command, "/workspace", ctx.window_s, ctx.log_path, on_line=transcript.on_line, stop=stop)
@@ -192,7 +211,7 @@ def run_cli(ctx: AgentContext, wiring: Wiring, exe: Path) -> AgentOutcome:
             shutil.rmtree(scratch, ignore_errors=True)
     usage = gw.summary()
     usage["last_status"] = gw.last_status
-    error = _api_error(cfg["kind"], out, usage, ctx.log_path)
+    error = _api_error(cfg["kind"], out, usage, ctx.log_path, transcript.errors)
     return AgentOutcome(exit_code=out.returncode, timed_out=out.timed_out and not gw.capped, wall_s=out.wall_s,
                         transcript=[str(run_dir / "transcript.jsonl"), str(run_dir / "api_calls.jsonl")],
                         usage=usage, error=error)

@@ -52,11 +52,20 @@ def prepare_home(home: Path) -> None:
     (home / ".codex").mkdir(parents=True, exist_ok=True)     # codex refuses a CODEX_HOME that does not exist
 
 
+def cli_error(event: dict) -> str | None:
+    """`codex exec --json` reports failures as `error` and `turn.failed` events."""
+    if event.get("type") == "error":
+        return str(event.get("message"))
+    if event.get("type") == "turn.failed":
+        return str((event.get("error") or {}).get("message") or "turn failed")
+    return None
+
+
 def run(ctx: AgentContext) -> AgentOutcome:
     exe = resolve_executable(ctx.config, INSTALL)
     workdir = ctx.sandbox.path("/workspace")
     wiring = Wiring(auth="bearer", default_base_url=DEFAULT_BASE_URL,
                     env=lambda url: {KEY_VAR: DUMMY_KEY, "CODEX_HOME": ctx.sandbox.path(HOME_INSIDE) + "/.codex"},
                     argv=lambda url: build_argv(str(exe), ctx.config, ctx.instructions, workdir, url),
-                    prepare_home=prepare_home)
+                    prepare_home=prepare_home, cli_error=cli_error)
     return run_cli(ctx, wiring, exe)
