@@ -242,7 +242,9 @@ class Handler(BaseHTTPRequestHandler):
         rid = "resp_" + uuid.uuid4().hex[:20]
         if cmd is not None:
             if "exec_command" in tools:
-                name, args = "exec_command", {"cmd": cmd}
+                # wait for the command (a proxy call trains for a while) instead of codex's
+                # default of yielding after ~10 s with a session to poll
+                name, args = "exec_command", {"cmd": cmd, "yield_time_ms": 300000}
             elif "shell_command" in tools:
                 name, args = "shell_command", {"command": cmd}
             else:
