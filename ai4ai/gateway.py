@@ -23,7 +23,6 @@ from __future__ import annotations
 import email.utils
 import http.client
 import json
-import socket
 import socketserver
 import ssl
 import threading
@@ -309,15 +308,6 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         self._proxy()
 
-    def do_PUT(self):
-        self._proxy()
-
-    def do_DELETE(self):
-        self._proxy()
-
-    def do_HEAD(self):
-        self._proxy()
-
     # ------------------------------------------------------------------
     def _read_body(self) -> bytes | None:
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
@@ -466,23 +456,3 @@ class _Handler(BaseHTTPRequestHandler):
                        latency_s=round(time.time() - t0, 3), usage=tokens, usd=round(usd, 6),
                        retries=retries)
             gw._write(row)
-
-
-def serve_socket_path(directory: Path) -> Path:
-    """Where the gateway listens: a short path (unix socket paths are limited to ~107 bytes)."""
-    p = directory / "api.sock"
-    if len(str(p)) > 100:
-        raise GatewayError(f"socket path too long: {p}")
-    return p
-
-
-def probe(socket_path: Path, timeout: float = 5.0) -> bool:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    try:
-        s.connect(str(socket_path))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()

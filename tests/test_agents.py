@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ai4ai import PROJECT_ROOT, pipeline
+from ai4ai import pipeline
 from ai4ai.agents.base import AgentContext
 from ai4ai.agents.cli import DUMMY_KEY, Wiring, run_cli
 from ai4ai.proxy import choose_submission, trajectory_summary
@@ -159,7 +159,6 @@ def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(t
 
 
 def test_the_agent_knows_its_time(tmp_path, monkeypatch):
-    import shutil
     import subprocess
     from ai4ai.instructions import render
     from ai4ai.proxy import client_bin
