@@ -105,7 +105,10 @@ import time; time.sleep(1.5)
 
 
 @pytest.mark.skipif(not bwrap_available(), reason="api_only needs the bwrap network namespace")
-def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(tmp_path, monkeypatch):
+@pytest.mark.parametrize("network", ["api_only", "open"])
+def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(tmp_path, monkeypatch, network):
+    """api_only: only the gateway is reachable. open (the escape hatch): the host network too, and
+    the key and the cost record are the gateway's all the same."""
     api = FakeAPI("edit", KEY).start()
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     probe = tmp_path / "bin" / "probe.py"
@@ -120,7 +123,7 @@ def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(t
                                           Mount("/opt/ai4ai/bin", client_bin(tmp_path), False),
                                           Mount("/opt/probe", probe.parent, False)])
     sb.env = sb.base_env("/home/agent")
-    cfg = {"kind": "probe", "api_key_env": "ANTHROPIC_API_KEY", "base_url": api.base, "network": "api_only",
+    cfg = {"kind": "probe", "api_key_env": "ANTHROPIC_API_KEY", "base_url": api.base, "network": network,
            "prices": {"default": {"input": 3.0, "cached_input": 0.3, "cache_write": 3.75, "output": 15.0}}}
     ctx = AgentContext(workspace=ws, instructions="", window_s=60, sandbox=sb, log_path=tmp_path / "run" / "agent.log",
                        config=cfg, pristine=ws)
@@ -143,7 +146,11 @@ def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(t
         t.join()
         api.stop()
     log = ctx.log_path.read_text()
-    assert "GATEWAY 200 True" in log and "DIRECT blocked" in log and "IFACES ['lo']" in log, log
+    assert "GATEWAY 200 True" in log, log
+    if network == "api_only":
+        assert "DIRECT blocked" in log and "IFACES ['lo']" in log, log
+    else:
+        assert "DIRECT reached the API" in log, log
     seen = json.loads(next(x for x in log.splitlines() if x.startswith("SEEN "))[5:])
     assert any(DUMMY_KEY in s for s in seen) and not any(KEY in s for s in seen)
     assert host_cmdlines and not any(KEY in c for c in host_cmdlines)
