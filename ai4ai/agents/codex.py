@@ -6,7 +6,10 @@ Flags checked against `codex exec --help` (0.171): --json, --dangerously-bypass-
 
 The model is reached through the harness's API gateway, declared as a model provider of its own
 (`model_providers.ai4ai`: base_url, env_key, wire_api = "responses"); the env_key variable holds
-a dummy and the gateway sends the real key as `Authorization: Bearer`. Its tools run through a
+a dummy and the gateway sends the real key as `Authorization: Bearer`. The provider of its own,
+rather than the built-in `openai` one with `openai_base_url`, because the built-in one first tries
+a Responses WebSocket (which the gateway does not relay) and cannot be told not to; its cost is
+that Codex finds no model metadata for the provider's models and uses its generic defaults. Its tools run through a
 plain (not login) shell that inherits the sandbox's environment, so a profile cannot reset PATH
 and `ai4ai-proxy` and the harness's Python stay visible (`allow_login_shell = false`,
 `shell_environment_policy.inherit = "all"`). CODEX_HOME is made inside the sandbox-only home.
@@ -40,7 +43,7 @@ def build_argv(exe: str, cfg: dict, prompt: str, workdir: str, url: str) -> list
         argv += ["-m", str(cfg["model"])]
     argv += _c("model_provider", "ai4ai") + _c("model_providers.ai4ai.name", "ai4ai gateway") \
         + _c("model_providers.ai4ai.base_url", url) + _c("model_providers.ai4ai.env_key", KEY_VAR) \
-        + _c("model_providers.ai4ai.wire_api", "responses") \
+        + _c("model_providers.ai4ai.wire_api", "responses") + _c("model_providers.ai4ai.supports_websockets", False) \
         + _c("allow_login_shell", False) + _c("shell_environment_policy.inherit", "all") \
         + _c("check_for_update_on_startup", False)
     if cfg.get("effort"):
