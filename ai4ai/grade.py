@@ -47,6 +47,10 @@ class SeedResult:
     chosen: str | None = None
     validation_metric: float | None = None
     test_excess_se: float | None = None
+    cpu_s: float | None = None            # CPU time of the training tree, measured from the host
+    cut: str | None = None                # cpu | wall: the harness ended training (None: it exited)
+    steps: int | None = None              # the chosen checkpoint's step (from its name)
+    host_idle_cores: float | None = None  # the host's idle CPUs during training (load evidence)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -59,9 +63,10 @@ class GradeSetup:
     device: str
     threads: int
     backend: str
-    cap_s: float
+    cap_s: float                   # wall clock: the budget at full, a wide liveness net when cpu_cap_s is set
     run_dir: Path
     progress: bool = True
+    cpu_cap_s: float | None = None     # CPU seconds of the training tree (metered scales, once calibrated)
 
 
 @contextmanager
@@ -105,11 +110,56 @@ def _try_lock(f) -> bool:
         return False
 
 
-def cap_seconds(task: Task, scale: str, record: anchor_store.Record | None) -> float:
+# At the metered scales the wall clock is only a liveness net this many times wider than the cap
+# it replaced (cap_factor x the shipped wall time): seen here, a 2-core host loaded by two other
+# gradings ran the shipped optimizer at a third of its idle speed.
+LIVENESS_FACTOR = 4.0
+# A training cut by the liveness net while under its CPU cap is the environment's fault (an `error`,
+# retried) only if its threads spent at least this share of the wall time runnable but waiting for
+# a CPU: load starved it. A tree that slept instead (or lowered its own priority) chose not to run,
+# and the seed is `invalid`. The CPU cap is at most 1/LIVENESS_FACTOR of what the net would allow
+# an unstarved tree, so a busy tree always meets the CPU cap first.
+STARVED_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Budget:
+    wall_s: float                  # --budget-s and the harness's wall-clock cut
+    cpu_s: float | None            # the training tree's CPU cap; None where the wall clock binds
+    source: str                    # how the caps were derived, for the record
+
+
+def budget(task: Task, scale: str, record: anchor_store.Record | None, threads: int) -> Budget:
+    """The caps of one training run.
+
+    full: the wall clock binds, cap_factor x the shipped algorithm's wall time on this device
+    class. ci and smoke: compute is capped in CPU time, cap_factor x the shipped algorithm's
+    CPU time, which load does not change; the wall clock becomes a liveness net."""
     b = task.scale(scale)
     if record is None:
-        return b.default_cap_s
-    return max(b.cap_min_s, b.cap_factor * record.train_wall_s)
+        return Budget(b.default_cap_s, None, "uncalibrated: default wall cap")
+    wall_cap = max(b.cap_min_s, b.cap_factor * record.train_wall_s)
+    if scale not in anchor_store.METERED_SCALES:
+        return Budget(wall_cap, None, f"wall: {b.cap_factor} x shipped {record.train_wall_s:.1f} s")
+    if record.train_cpu_s is not None:
+        cpu, how = b.cap_factor * record.train_cpu_s, f"{b.cap_factor} x shipped {record.train_cpu_s:.1f} CPU-s"
+    else:   # a record from before CPU accounting: its wall time x threads bounds the CPU it used
+        cpu = b.cap_factor * record.train_wall_s * threads
+        how = f"{b.cap_factor} x shipped wall {record.train_wall_s:.1f} s x {threads} threads (record has no CPU time)"
+    return Budget(LIVENESS_FACTOR * wall_cap, round(cpu, 1), f"cpu: {how}; wall liveness net {LIVENESS_FACTOR} x {wall_cap:.0f} s")
+
+
+def setup_for(task: Task, scale: str, device: str, threads: int, backend: str,
+              record: anchor_store.Record | None, run_dir: Path, progress: bool = True) -> GradeSetup:
+    """The grading setup of a task on this device, its caps derived from the anchor record."""
+    b = budget(task, scale, record, threads)
+    return GradeSetup(task=task, scale=scale, device=device, threads=threads, backend=backend, cap_s=b.wall_s,
+                      run_dir=run_dir, progress=progress, cpu_cap_s=b.cpu_s)
+
+
+def cap_seconds(task: Task, scale: str, record: anchor_store.Record | None) -> float:
+    """The wall-clock cap (budget at full, liveness net at the metered scales)."""
+    return budget(task, scale, record, task.scale(scale).threads).wall_s
 
 
 def data_mounts(task: Task, scale: str, cache_root: Path) -> tuple[list[Mount], dict]:
@@ -196,30 +246,54 @@ def training_sandbox(setup: GradeSetup, train_repo: Path, seed_dir: Path, extra_
     sb = Sandbox(backend=setup.backend, mounts=mounts, network=False, gpu=gpu,
                  max_memory_bytes=None if gpu else default_memory_limit())
     env = sb.base_env("/home/sandbox")
+    # Passive thread pools: a spinning OpenMP worker burns CPU time while it waits for a core, and
+    # under load that would charge the machine's contention to the run's CPU cap.
     env.update(OMP_NUM_THREADS=str(setup.threads), MKL_NUM_THREADS=str(setup.threads),
+               OMP_WAIT_POLICY="PASSIVE", KMP_BLOCKTIME="0",
                **{k: sb.path(v) for k, v in extra_env.items()})
+    if setup.cpu_cap_s is not None:
+        env["AI4AI_CPU_BUDGET_S"] = f"{setup.cpu_cap_s:.0f}"
     if setup.backend == "none":
         env["PYTHONPATH"] = str(train_repo)
     sb.env = env
     return sb
 
 
+class EnvironmentFault(RuntimeError):
+    """The machine, not the submission, ended a training run (recorded as `error`, retried)."""
+
+
 def run_training(setup: GradeSetup, train_repo: Path, seed: int, seed_dir: Path, extra_mounts: list,
                  extra_env: dict, label: str) -> tuple:
-    """Train once under the cap; returns (outcome, snapshotted checkpoints, invalid reason or None)."""
+    """Train once under the caps; returns (outcome, snapshotted checkpoints, invalid reason or None).
+
+    Raises EnvironmentFault when the liveness net cut a run that was under its CPU cap on a host
+    with no idle capacity: load slowed it, so its checkpoints say nothing about the submission."""
     sb = training_sandbox(setup, train_repo, seed_dir, extra_mounts, extra_env)
     bar = TrainingBar(label, setup.progress)
     outcome = sb.run(_entry_argv(setup.task, sb, seed, setup.scale, setup.cap_s, setup.device), "/repo",
-                     setup.cap_s, seed_dir / "train.log", on_line=bar.on_line)
+                     setup.cap_s, seed_dir / "train.log", on_line=bar.on_line, cpu_limit_s=setup.cpu_cap_s)
     bar.close()
     ckpts = snapshot_checkpoints(seed_dir / "out", seed_dir / "checkpoints")
     reason = None
     if outcome.limit:
         reason = f"training ended by the sandbox: {outcome.limit}"
+    elif outcome.cut == "wall" and setup.cpu_cap_s is not None:
+        used = (f"{outcome.cpu_s:.0f} of {setup.cpu_cap_s:.0f} CPU-s in {outcome.wall_s:.0f} s, "
+                f"{outcome.run_delay_s:.0f} s waiting for a CPU")
+        if outcome.lowered_priority:
+            reason = f"lowered its own scheduling priority and ran past the liveness net ({used})"
+        elif outcome.run_delay_s < STARVED_SHARE * outcome.wall_s:
+            reason = f"idle past the liveness net: {used}"
+        else:
+            idle = outcome.host_idle_cores
+            raise EnvironmentFault(f"cut by the liveness net under its CPU cap ({used}; host idle "
+                                   f"{'unknown' if idle is None else f'{idle:.2f} cores'}): the machine was too loaded")
     elif not outcome.timed_out and outcome.returncode != 0:
         reason = f"training exited with code {outcome.returncode}: {_log_tail(seed_dir / 'train.log')}"
     elif not ckpts:
-        reason = "timed out with no checkpoint" if outcome.timed_out else "training wrote no checkpoint"
+        reason = {"cpu": "CPU budget spent with no checkpoint", "wall": "timed out with no checkpoint"}.get(
+            outcome.cut, "training wrote no checkpoint")
     return outcome, ckpts, reason
 
 
@@ -235,7 +309,8 @@ def train_and_evaluate(setup: GradeSetup, train_repo: Path, pristine: Path, seed
                        seed_dir: Path, extra_mounts: list, extra_env: dict) -> SeedResult:
     outcome, ckpts, reason = run_training(setup, train_repo, seed, seed_dir, extra_mounts, extra_env,
                                           f"  seed {seed} training")
-    base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out)
+    base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out, cpu_s=outcome.cpu_s,
+                cut=outcome.cut, host_idle_cores=outcome.host_idle_cores)
     if reason:
         return SeedResult(status="invalid", reason=reason, raw=None, **base)
     res = run_worker(eval_spec(setup, pristine, ckpts), seed_dir / "eval")
@@ -243,9 +318,10 @@ def train_and_evaluate(setup: GradeSetup, train_repo: Path, pristine: Path, seed
         reasons = "; ".join(c.get("reason", "") for c in res["candidates"])
         return SeedResult(status="invalid", reason=f"no valid checkpoint: {reasons}", raw=None,
                           candidates=res["candidates"], **base)
+    m = CKPT_RE.match(res["chosen"])
     return SeedResult(status="graded", reason=None, raw=res["test_metric"], candidates=res["candidates"],
                       chosen=res["chosen"], validation_metric=res.get("validation_metric"),
-                      test_excess_se=res.get("test_excess_se"), **base)
+                      test_excess_se=res.get("test_excess_se"), steps=int(m.group(1)) if m else None, **base)
 
 
 def _log_tail(path: Path, n: int = 300) -> str:
@@ -276,23 +352,32 @@ def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: P
     train_repo = _build_once(workdir / "train_repo", lambda d: build_training_copy(task, sub, d))
     mounts, env = data_mounts(task, setup.scale, PROJECT_ROOT / "outputs" / ".cache")
     results = []
-    with device_lock(setup.device, setup.threads):
-        for seed in seeds:
-            say(f"grading seed {seed} ({setup.scale}, cap {setup.cap_s:.0f}s, sandbox {setup.backend})")
-            seed_dir = workdir / f"seed_{seed}"
-            if seed_dir.exists():
-                shutil.rmtree(seed_dir)
+    caps = (f"CPU cap {setup.cpu_cap_s:.0f} CPU-s, liveness net {setup.cap_s:.0f} s" if setup.cpu_cap_s is not None
+            else f"cap {setup.cap_s:.0f}s")
+    for seed in seeds:
+        say(f"grading seed {seed} ({setup.scale}, {caps}, sandbox {setup.backend})")
+        seed_dir = workdir / f"seed_{seed}"
+        if seed_dir.exists():
+            shutil.rmtree(seed_dir)
+        # the device is held one seed at a time, so a waiting proxy call of a running agent goes
+        # next (device_lock's priority) instead of waiting for a whole multi-seed grading
+        with device_lock(setup.device, setup.threads):
             try:
                 r = train_and_evaluate(setup, train_repo, pristine, seed, seed_dir, mounts, env)
+            except EnvironmentFault as e:   # the machine's fault: error, retried on rerun
+                r = SeedResult(seed=seed, status="error", reason=f"environment: {e}", raw=None,
+                               train_s=round(setup.cap_s, 2), timed_out=True, cut="wall")
             except Exception as e:  # the harness's fault: recorded as error, never scored
                 seed_dir.mkdir(parents=True, exist_ok=True)   # the fault may come before the phase made it
                 (seed_dir / "harness_error.txt").write_text(traceback.format_exc())
                 r = SeedResult(seed=seed, status="error", reason=f"harness error: {type(e).__name__}: {e}",
                                raw=None, train_s=0.0, timed_out=False)
-            msg = f"  seed {seed}: {r.status}"
-            msg += f", {task.metric.name} {r.raw:.4f} (chose {r.chosen})" if r.raw is not None else f" ({r.reason})"
-            say(msg)
-            results.append(r)
+        msg = f"  seed {seed}: {r.status}"
+        msg += f", {task.metric.name} {r.raw:.4f} (chose {r.chosen})" if r.raw is not None else f" ({r.reason})"
+        if r.cut == "cpu":
+            msg += f"; cut by its CPU cap at {r.cpu_s:.0f} CPU-s"
+        say(msg)
+        results.append(r)
     return results
 
 

@@ -21,7 +21,7 @@ from . import anchors as anchor_store
 from . import record
 from .console import say
 from .proxy import ProxyServer, choose_submission, client_bin, trajectory_summary, write_submission_record
-from .grade import GradeSetup, Scored, cap_seconds, grade_seeds, score_seeds, write_json
+from .grade import Scored, budget, grade_seeds, score_seeds, setup_for, write_json
 from .instructions import render
 from .provenance import benchmark_version, default_device, device_class, task_version, torch_minor, versions
 from .sandbox import agent_sandbox, resolve_backend
@@ -153,8 +153,12 @@ def describe_plan(ctx: Context, cfg: DictConfig, window_s: float | None) -> None
         a = rec.anchors
         print(f"anchors     no_info {a.no_info:.4g}   baseline {a.baseline:.4g}   best {a.best:.4g}   "
               f"({rec.match} match, calibrated {rec.raw['provenance']['calibrated_at']})")
-        print(f"train cap   {cap_seconds(ctx.task, ctx.scale, rec):.0f} s per seed "
-              f"({b.cap_factor} x shipped {rec.train_wall_s:.0f} s, at least {b.cap_min_s:.0f} s)")
+        bud = budget(ctx.task, ctx.scale, rec, ctx.threads)
+        if bud.cpu_s is not None:
+            print(f"train cap   {bud.cpu_s:.0f} CPU-s per seed ({bud.source})")
+        else:
+            print(f"train cap   {bud.wall_s:.0f} s per seed "
+                  f"({b.cap_factor} x shipped {rec.train_wall_s:.0f} s, at least {b.cap_min_s:.0f} s)")
     if "agent" in cfg and cfg.agent.get("max_usd") is not None:
         print(f"cost cap    {cfg.agent.max_usd} USD")
 
@@ -165,15 +169,15 @@ def grade_and_record(ctx: Context, cfg: DictConfig, sub: Submission, agent_name:
                      seeds: list[int], timing: dict, cost: dict | None, trajectory: dict | None,
                      started_at: str, seed: int) -> dict:
     rec = ensure_anchors(ctx, cfg)
-    setup = GradeSetup(task=ctx.task, scale=ctx.scale, device=ctx.device, threads=ctx.threads,
-                       backend=ctx.backend, cap_s=cap_seconds(ctx.task, ctx.scale, rec), run_dir=ctx.run_dir,
-                       progress=bool(cfg.progress))
+    setup = setup_for(ctx.task, ctx.scale, ctx.device, ctx.threads, ctx.backend, rec, ctx.run_dir,
+                      progress=bool(cfg.progress))
     t0 = time.monotonic()
     pristine = ctx.run_dir / ".harness" / "pristine"      # made and verified before the agent phase
     results = grade_seeds(setup, sub, seeds, ctx.run_dir / "grade", pristine if pristine.is_dir() else None)
     scored = score_seeds(ctx.task, results, rec.anchors)
     timing = dict(timing, grade_s=round(time.monotonic() - t0, 2),
-                  train_s=round(sum(r.train_s for r in results), 2), cap_s=round(setup.cap_s, 1))
+                  train_s=round(sum(r.train_s for r in results), 2), cap_s=round(setup.cap_s, 1),
+                  cpu_cap_s=setup.cpu_cap_s, train_cpu_s=round(sum(r.cpu_s or 0.0 for r in results), 2))
     result = build_result(ctx, agent_name, agent_cfg, seeds, seed, scored, results, rec, sub, timing, cost,
                           trajectory, started_at)
     record.validate(result)
@@ -203,7 +207,8 @@ def build_result(ctx: Context, agent_name, agent_cfg, seeds, seed, scored: Score
                                       "selection_metric": next((c["selection_metric"] for c in r.candidates
                                                                 if c.get("name") == r.chosen), None),
                                       "validation_metric": r.validation_metric, "timed_out": r.timed_out,
-                                      "train_s": r.train_s} for r in results]},
+                                      "train_s": r.train_s, "cpu_s": r.cpu_s, "cut": r.cut, "steps": r.steps,
+                                      "host_idle_cores": r.host_idle_cores} for r in results]},
         "submission": sub.summary(),
         "trajectory": trajectory or {"proxy_calls": 0, "first_valid_proxy": None, "best_proxy": None,
                                      "final_proxy": None, "regressed_after_best": None},
@@ -233,6 +238,9 @@ def final_line(result: dict, run_dir: Path) -> str:
     rawtxt = f"{raw['metric']} {raw['mean']:.4f} ± {raw['std']:.4f}" if raw["mean"] is not None else f"{raw['metric']} n/a"
     lo, hi = result["score_interval"] or (math.nan, math.nan)
     note = f" [{result['status']}: {result['reason']}]" if result["reason"] else ""
+    cuts = [f"seed {c['seed']} cut by its CPU cap ({c['cpu_s']:.0f} CPU-s) at step {c['steps']}"
+            for c in result["checkpoints"]["per_seed"] if c.get("cut") == "cpu"]
+    note += f" [{'; '.join(cuts)}]" if cuts else ""
     sb = " [sandbox: none]" if result["sandbox"]["backend"] == "none" else ""
     return (f"{result['task']} | {result['agent']} | {rawtxt} | score {result['score']:.3f} "
             f"[{lo:.3f}, {hi:.3f}] on 0/0.1/1{note}{sb} | {run_dir}")
@@ -297,9 +305,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     ws = agent_workspace(ctx.task, run_dir / "workspace")
     home = run_dir / "agent_home"
     (home / "tmp").mkdir(parents=True, exist_ok=True)
-    proxy_setup = GradeSetup(task=ctx.task, scale=ctx.scale, device=ctx.device, threads=ctx.threads,
-                             backend=ctx.backend, cap_s=cap_seconds(ctx.task, ctx.scale, rec), run_dir=run_dir,
-                             progress=False)
+    proxy_setup = setup_for(ctx.task, ctx.scale, ctx.device, ctx.threads, ctx.backend, rec, run_dir, progress=False)
     t_start = time.time()
     server = ProxyServer(setup=proxy_setup, pristine=pristine, workspace=ws, run_dir=run_dir,
                          validation=rec.validation, deadline=t_start + window_s)
