@@ -11,8 +11,8 @@ strongest first (a patch gets the strongest that applies):
                    structure, dtype / autocast / compile, kernels, data loading, logging
 `hyperparameters`  the trees are equal once every literal is masked: only numbers, strings
                    and module-level constants (NAME = literal) changed, or config files
-`none`             empty patch, or only comments, docstrings, documentation, or code that
-                   nothing reachable from the entry point runs, changed
+`none`             empty patch, or only comments, docstrings, documentation changed, or
+                   code that nothing reachable from the entry point runs
 `unclassified`     the patch could not be read (no patch text, or it does not apply)
 
 The rules, in order:
@@ -23,9 +23,11 @@ The rules, in order:
    reachable code names, transitively (a call, a function passed as a value or a hook, a
    decorator; a class counts with all its methods). A statement counts only if it is
    reachable in its own version: a removed statement in the old tree, an added one in the
-   new. A dead function, or a module nothing imports, changes no label. Where the trees
-   cannot tell (getattr of a module with a computed name, importlib with a computed name,
-   eval / exec, sys.modules, subprocess), code counts as reachable.
+   new. A dead function, or a module nothing imports, changes no label; a file the patch
+   leaves alone but whose live part it changes (a dead function it starts calling) is read
+   as changed. Where the trees cannot tell (getattr of a module with a computed name,
+   importlib with a computed name, eval / exec, sys.modules, subprocess), code counts as
+   reachable; where the entry is unknown or not a Python file of the repo, everything does.
 1. A file is cut into statements (a compound statement such as `def`, `for` or `with`
    counts as its header; its body is statements of its own), each remembered with its
    enclosing functions and classes. Docstrings and bare strings are dropped.
@@ -1126,7 +1128,9 @@ def _task_entry(base_dir: Path, task: str | None) -> str | None:
         if task:
             return load_task(task).entry
         here = Path(base_dir).resolve()
-        for name in list_tasks():
+        names = list_tasks()
+        # a task's repo is usually repos_frozen/<name>: try that one first (yaml is slow to read)
+        for name in sorted(names, key=lambda n: n != here.name):
             t = load_task(name)
             if t.repo.resolve() == here:
                 return t.entry
