@@ -678,7 +678,12 @@ DYNAMIC_IMPORTS = frozenset({"import_module", "run_path", "run_module", "spec_fr
                              "module_from_spec", "exec_module", "load_module", "load_source", "find_spec",
                              "find_module", "reload", "__import__"})
 GIVE_UP_CALLS = frozenset({"eval", "exec", "compile", "__subclasses__"})
-GIVE_UP_MODULES = ("subprocess.", "os.system", "os.popen", "os.exec", "os.spawn", "pty.", "runpy.")
+GIVE_UP_MODULES = ("subprocess.", "os.system", "os.popen", "os.exec", "os.spawn", "pty.", "runpy.",
+                   "inspect.", "gc.", "sys._getframe", "multiprocessing.spawn")
+# reflection that hands out a namespace (a frame's or a function's globals): anything may be read
+GIVE_UP_ATTRS = frozenset({"f_globals", "f_locals", "f_back", "tb_frame", "gi_frame", "__globals__", "__builtins__"})
+# names a module could be shadowed by: a repo file of that name voids the kernel equivalences
+SHADOWABLE = frozenset({"torch", "ai4ai_kernels"})
 SKIP_DIRS = frozenset({"__pycache__", ".git"})
 
 
@@ -757,6 +762,7 @@ class Reach:
     def __init__(self, sources: dict, entry_rel: str):
         self.sources = sources
         self.rel_of = {_modname(r): r for r in sources}
+        self.rel_of["__main__"] = entry_rel                 # `import __main__` is the entry module
         self.trees, self.unparsed = {}, set()
         for rel, text in sources.items():
             try:
@@ -957,6 +963,8 @@ class Reach:
                         self.chain(rel, [v.id] + parts[::-1])
                         if [v.id] + parts[::-1][:1] == ["sys", "modules"]:
                             self.give_up()                  # modules looked up by a computed name
+                    if n.attr in GIVE_UP_ATTRS:
+                        self.give_up()
                     if n.attr == "__dict__" and isinstance(v, ast.Name):
                         self.name(rel, v.id)                # a module's namespace read as a dict
                 elif isinstance(n, ast.Name) and id(n) not in chained:
@@ -1015,8 +1023,15 @@ def _kernel_note(old: str | None, new: str | None) -> str:
         else "rewritten into an equal form of the same computation"
 
 
-def classify_python(rel: str, old: str | None, new: str | None, keep_old=None, keep_new=None) -> _FileVerdict:
-    """One file's verdict; keep_old / keep_new(owner) say which code of each version runs."""
+def shadows(rels) -> bool:
+    """Whether a repo file could be imported as torch or ai4ai_kernels (via sys.path tricks)."""
+    return any(p in SHADOWABLE for rel in rels for p in [Path(rel).stem, *Path(rel).parts[:-1]])
+
+
+def classify_python(rel: str, old: str | None, new: str | None, keep_old=None, keep_new=None,
+                    kernels: bool = True) -> _FileVerdict:
+    """One file's verdict; keep_old / keep_new(owner) say which code of each version runs;
+    kernels=False reads no kernel as its torch twin (rule 3 off)."""
     try:
         old_st, old_vals = statements(old, keep_old) if old is not None else ([], {})
         new_st, new_vals = statements(new, keep_new) if new is not None else ([], {})
@@ -1037,8 +1052,8 @@ def classify_python(rel: str, old: str | None, new: str | None, keep_old=None, k
             return _FileVerdict("hyperparameters", literal_notes)
         return _FileVerdict("none", [f"{rel}: only comments or docstrings changed, or code that nothing "
                                      "reachable from the entry point runs"])
-    old_c = statements(old, keep_old, canonical=True)[0] if old is not None else []
-    new_c = statements(new, keep_new, canonical=True)[0] if new is not None else []
+    old_c = statements(old, keep_old, canonical=kernels)[0] if old is not None else []
+    new_c = statements(new, keep_new, canonical=kernels)[0] if new is not None else []
     canon_old = [(s.scope, s.masked) for s in old_c]
     canon_new = [(s.scope, s.masked) for s in new_c]
     if canon_old == canon_new:
@@ -1075,12 +1090,14 @@ def classify_files(files: dict, reach: tuple | None = None) -> Classification:
         for rel in sorted(set(reach[0].sources) & set(reach[1].sources) - set(files)):
             if reach[0].view(rel) != reach[1].view(rel) and reach[0].sources[rel] == reach[1].sources[rel]:
                 files[rel] = (reach[0].sources[rel], reach[1].sources[rel])
+    # a file that could stand in for torch or the kernels makes their names untrustworthy
+    kernels = not shadows(set(files) | (set(reach[1].sources) if reach else set()))
     verdicts = []
     for rel in sorted(files):
         old, new = files[rel]
         if rel.endswith(".py"):
             if reach is None:
-                verdicts.append(classify_python(rel, old, new))
+                verdicts.append(classify_python(rel, old, new, kernels=kernels))
                 continue
             r_old, r_new = reach
             if rel not in r_old.modules and rel not in r_new.modules and not (r_old.everything or r_new.everything):
@@ -1090,7 +1107,7 @@ def classify_files(files: dict, reach: tuple | None = None) -> Classification:
                 verdicts.append(_FileVerdict("algorithm", [f"{rel}: does not parse; counted as algorithm"]))
                 continue
             verdicts.append(classify_python(rel, old, new, lambda o, rel=rel: r_old.keeps(rel, o),
-                                            lambda o, rel=rel: r_new.keeps(rel, o)))
+                                            lambda o, rel=rel: r_new.keeps(rel, o), kernels))
         elif rel.endswith(CONFIG_SUFFIXES):
             verdicts.append(_FileVerdict("hyperparameters", [f"{rel}: config file changed"]))
         elif rel.endswith(DOC_SUFFIXES):

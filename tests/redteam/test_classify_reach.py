@@ -185,13 +185,15 @@ def test_unknown_entry_counts_everything(task):
     "sys.modules['op' + 'tim'].tidy(model)",               # a module looked up by a computed name
     "getattr(__import__('op' + 'tim'), 'ti' + 'dy')(model)",  # an import by a computed name
     "subprocess.run([sys.executable, 'algorithm/foo.py'])",  # another script of the repo, run
+    "getattr(__import__('__main__'), 'ti' + 'dy')(model)",   # the entry module under its runtime name
+    "sys._getframe().f_globals['ti' + 'dy'](model)",       # a frame's namespace
 ])
 def test_routes_the_trees_cannot_follow_count_as_reachable(task, call):
     """Where static analysis cannot tell what runs, it gives up towards counting, never ignoring."""
     edits = {"optim.py": [LR_CHANGE],
              "train.py": [("import torch\n", "import subprocess\nimport sys\n\nimport torch\n"),
                           ("    loss.backward()\n", f"    loss.backward()\n    {call}\n")]}
-    if call.startswith(("globals", "exec")):              # tidy lives in train.py, named by no one
+    if call.startswith(("globals", "exec", "sys._getframe")) or "__main__" in call:   # tidy in train.py
         edits["train.py"].append(("N_SAVES = 8 ", SCALE_GRADS.strip() + "\n\n\nN_SAVES = 8 "))
     elif "foo.py" in call:
         edits["algorithm/foo.py"] = FOO.replace("import torch\n", "import torch\n\nsign_descent(None, 0.1)\n")
@@ -200,3 +202,22 @@ def test_routes_the_trees_cannot_follow_count_as_reachable(task, call):
     label, c = _label(task, edits)
     assert label == "algorithm", (call, c)
     assert any("grad" in e for e in c.evidence), (call, c)
+
+
+def test_a_shadowed_kernel_package_is_not_trusted(task):
+    """A repo file that `import ai4ai_kernels` can pick up (through sys.path) is not our kernels:
+    a 'swap' to its cross_entropy is a change of the loss, not an execution change."""
+    fake = ("import torch\n\n\ndef cross_entropy(logits, target):\n"
+            "    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), label_smoothing=0.2)\n")
+    edits = {"algorithm/ai4ai_kernels.py": fake,
+             "train.py": [("import torch\n", "import sys\n\nimport torch\n\nsys.path.insert(0, 'algorithm')\n"
+                                              "from ai4ai_kernels import cross_entropy  # noqa: E402\n"),
+                          ("loss = model(input_ids=batch, labels=batch).loss ",
+                           "loss = cross_entropy(model(input_ids=batch).logits[:, :-1], batch[:, 1:]) ")]}
+    label, c = _label(task, edits)
+    assert label == "algorithm", c
+    # the same swap with the real package is an execution change
+    del edits["algorithm/ai4ai_kernels.py"]
+    edits["train.py"][0] = ("import torch\n", "import torch\n\nfrom ai4ai_kernels import cross_entropy\n")
+    label, c = _label(task, edits)
+    assert label == "engineering", c
