@@ -186,7 +186,10 @@ def regrade_run(result: dict, run_dir: Path, ctx, cfg, seeds, anchors: str, out:
                         cpu_cap_s=float(timing["cpu_cap_s"]) if timing.get("cpu_cap_s") else None)
     say(f"audit: re-grading {run_dir.name} ({task.name} at {ctx.scale}, seeds {seeds}, cap {setup.cap_s:.0f} s"
         + (f", {setup.cpu_cap_s:.0f} CPU-s" if setup.cpu_cap_s else "") + f") -> {out}")
-    results = grade_seeds(setup, sub, seeds, out / "grade")
+    # the very --seed each training process got in the run (derived from the run's secret nonce)
+    replay = {c["seed"]: c["training_seed"] for c in (result.get("checkpoints") or {}).get("per_seed", [])
+              if c.get("training_seed") is not None}
+    results = grade_seeds(setup, sub, seeds, out / "grade", training_seeds=replay)
     scored = score_seeds(task, results, use)
     on_current = score_seeds(task, results, current.anchors).score if current is not None and anchors != "current" \
         else None

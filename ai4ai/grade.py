@@ -7,9 +7,12 @@ of the chosen one in a separate process -> sigma.
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import hmac
 import json
 import math
 import os
+import secrets
 import shlex
 import shutil
 import socket
@@ -50,6 +53,7 @@ class SeedResult:
     cpu_s: float | None = None            # CPU time of the training tree, measured from the host
     cut: str | None = None                # cpu | wall: the harness ended training (None: it exited)
     steps: int | None = None              # the chosen checkpoint's step (from its name)
+    training_seed: int | None = None      # the --seed the training process got (see training_seed)
     host_idle_cores: float | None = None  # the host's idle CPUs during training (load evidence)
 
     def as_dict(self) -> dict:
@@ -67,16 +71,39 @@ class GradeSetup:
     run_dir: Path
     progress: bool = True
     cpu_cap_s: float | None = None     # CPU seconds of the training tree (metered scales, once calibrated)
+    # The run's secret: training seeds and sandbox folder names derive from it, so a training
+    # process cannot tell a proxy call from a grading seed. None: the seeds pass unchanged
+    # (calibration and check_task, which grade no submission).
+    nonce: str | None = None
+
+
+def training_seed(setup: GradeSetup, label: str, default: int) -> int:
+    """The --seed a training process gets: a 31-bit value derived from the run's nonce."""
+    if setup.nonce is None:
+        return default
+    return int.from_bytes(hmac.new(setup.nonce.encode(), label.encode(), hashlib.sha256).digest()[:4], "big") >> 1
+
+
+def stage_dir(setup: GradeSetup, label: str | None = None) -> Path:
+    """A host folder for what a training sandbox mounts, of one shape for every training run
+    (<run>/.harness/t/<16 hex>): /proc/self/mountinfo shows a mount's host path, and it must not
+    tell a proxy call from a grading seed. Named from the nonce when `label` is given (resumable)."""
+    token = (hmac.new((setup.nonce or "").encode(), label.encode(), hashlib.sha256).hexdigest()[:16]
+             if label else secrets.token_hex(8))
+    return setup.run_dir / ".harness" / "t" / token
 
 
 @contextmanager
-def device_lock(device: str, threads: int = 0):
+def device_lock(device: str, threads: int = 0, priority: bool = False):
     """Gradings (and proxy runs) share a device only as far as its cores go, across processes.
 
     A CPU is shared out in one-core slots and a grading of `threads` threads holds that many:
     a 2-core host grades two 1-thread tasks at once, and a 2-thread task takes the whole host.
     A GPU is one slot. Waiters queue at a gate first and take their slots while holding it, so
     a stream of 1-thread gradings cannot overtake a 2-thread one that is waiting for both cores.
+    `priority` (a running agent's proxy call, whose wait eats its window) goes ahead of the gate:
+    ordinary waiters try their slots only while holding the priority file shared, all or none at
+    once, so a priority waiter holding it exclusively takes the next free slots before any of them.
     """
     lock_dir = PROJECT_ROOT / "outputs" / ".locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
@@ -88,18 +115,46 @@ def device_lock(device: str, threads: int = 0):
     need = min(total, threads) if cpu else 1
     files = [open(lock_dir / (f"{name}.lock" + (f".{i}" if i else "")), "w") for i in range(total)]
     try:
-        with open(lock_dir / f"{name}.gate", "w") as gate:
-            fcntl.flock(gate, fcntl.LOCK_EX)        # one waiter at a time takes slots; others queue here
-            if need == 1:       # any free slot
-                while not any(_try_lock(f) for f in files):
-                    time.sleep(0.5)
-            else:               # several slots, always taken in the same order (no deadlock)
-                for f in files[:need]:
-                    fcntl.flock(f, fcntl.LOCK_EX)
-        yield                                       # the gate is closed (released) before the work
+        with open(lock_dir / f"{name}.priority", "w") as prio:
+            if priority:
+                fcntl.flock(prio, fcntl.LOCK_EX)
+                _take(files, need, block=True)
+            else:
+                with open(lock_dir / f"{name}.gate", "w") as gate:
+                    fcntl.flock(gate, fcntl.LOCK_EX)    # one ordinary waiter at a time; others queue here
+                    while True:
+                        fcntl.flock(prio, fcntl.LOCK_SH)
+                        got = _take(files, need, block=False)
+                        fcntl.flock(prio, fcntl.LOCK_UN)
+                        if got:
+                            break
+                        time.sleep(0.2)
+        yield                                       # gate and priority file are released before the work
     finally:
         for f in files:
             f.close()
+
+
+def _take(files: list, need: int, block: bool) -> bool:
+    """Take `need` slots: any free one when one is needed, else the first `need` in order (the same
+    order for everyone: no deadlock). Without `block`, all or none."""
+    if need == 1:
+        while True:
+            if any(_try_lock(f) for f in files):
+                return True
+            if not block:
+                return False
+            time.sleep(0.2)
+    taken = []
+    for f in files[:need]:
+        if block:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        elif not _try_lock(f):
+            for t in taken:
+                fcntl.flock(t, fcntl.LOCK_UN)
+            return False
+        taken.append(f)
+    return True
 
 
 def _try_lock(f) -> bool:
@@ -118,8 +173,9 @@ LIVENESS_FACTOR = 4.0
 # retried) only if its threads spent at least this share of the wall time runnable but waiting for
 # a CPU: load starved it. A tree that slept instead (or lowered its own priority) chose not to run,
 # and the seed is `invalid`. The CPU cap is at most 1/LIVENESS_FACTOR of what the net would allow
-# an unstarved tree, so a busy tree always meets the CPU cap first.
-STARVED_SHARE = 0.25
+# an unstarved tree, so a busy tree the net cuts got under a quarter of its cores and waited for
+# the rest: its share is well above this.
+STARVED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -150,11 +206,21 @@ def budget(task: Task, scale: str, record: anchor_store.Record | None, threads: 
 
 
 def setup_for(task: Task, scale: str, device: str, threads: int, backend: str,
-              record: anchor_store.Record | None, run_dir: Path, progress: bool = True) -> GradeSetup:
+              record: anchor_store.Record | None, run_dir: Path, progress: bool = True,
+              nonce: str | None = None) -> GradeSetup:
     """The grading setup of a task on this device, its caps derived from the anchor record."""
     b = budget(task, scale, record, threads)
     return GradeSetup(task=task, scale=scale, device=device, threads=threads, backend=backend, cap_s=b.wall_s,
-                      run_dir=run_dir, progress=progress, cpu_cap_s=b.cpu_s)
+                      run_dir=run_dir, progress=progress, cpu_cap_s=b.cpu_s, nonce=nonce)
+
+
+def run_nonce(run_dir: Path) -> str:
+    """The run's secret, made once and kept with the harness's files (a resumed grading reuses it)."""
+    path = run_dir / ".harness" / "nonce"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(16))
+    return path.read_text().strip()
 
 
 def cap_seconds(task: Task, scale: str, record: anchor_store.Record | None) -> float:
@@ -236,7 +302,7 @@ def snapshot_checkpoints(out: Path, dest: Path) -> list[Path]:
 
 def training_sandbox(setup: GradeSetup, train_repo: Path, seed_dir: Path, extra_mounts: list,
                      extra_env: dict) -> Sandbox:
-    """Read-only repo copy, a writable output folder and private HOME; no network."""
+    """Read-only repo copy, a writable output folder and private HOME (under `seed_dir`); no network."""
     out, home = seed_dir / "out", seed_dir / "home"
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     mounts = [Mount("/repo", train_repo, False), Mount("/out", out, True), Mount("/home/sandbox", home, True),
@@ -269,11 +335,18 @@ def run_training(setup: GradeSetup, train_repo: Path, seed: int, seed_dir: Path,
 
     Raises EnvironmentFault when the liveness net cut a run that was under its CPU cap on a host
     with no idle capacity: load slowed it, so its checkpoints say nothing about the submission."""
-    sb = training_sandbox(setup, train_repo, seed_dir, extra_mounts, extra_env)
+    # The sandbox's folders live in a neutral stage folder while it runs (see stage_dir) and move
+    # to the seed's folder afterwards.
+    stage = stage_dir(setup)
+    sb = training_sandbox(setup, train_repo, stage, extra_mounts, extra_env)
     bar = TrainingBar(label, setup.progress)
+    seed_dir.mkdir(parents=True, exist_ok=True)
     outcome = sb.run(_entry_argv(setup.task, sb, seed, setup.scale, setup.cap_s, setup.device), "/repo",
                      setup.cap_s, seed_dir / "train.log", on_line=bar.on_line, cpu_limit_s=setup.cpu_cap_s)
     bar.close()
+    for part in ("out", "home"):
+        (stage / part).rename(seed_dir / part)
+    stage.rmdir()
     ckpts = snapshot_checkpoints(seed_dir / "out", seed_dir / "checkpoints")
     reason = None
     if outcome.limit:
@@ -306,11 +379,11 @@ def eval_spec(setup: GradeSetup, pristine: Path, ckpts: list, mode: str = "grade
 
 
 def train_and_evaluate(setup: GradeSetup, train_repo: Path, pristine: Path, seed: int,
-                       seed_dir: Path, extra_mounts: list, extra_env: dict) -> SeedResult:
-    outcome, ckpts, reason = run_training(setup, train_repo, seed, seed_dir, extra_mounts, extra_env,
+                       seed_dir: Path, extra_mounts: list, extra_env: dict, train_seed: int) -> SeedResult:
+    outcome, ckpts, reason = run_training(setup, train_repo, train_seed, seed_dir, extra_mounts, extra_env,
                                           f"  seed {seed} training")
     base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out, cpu_s=outcome.cpu_s,
-                cut=outcome.cut, host_idle_cores=outcome.host_idle_cores)
+                cut=outcome.cut, host_idle_cores=outcome.host_idle_cores, training_seed=train_seed)
     if reason:
         return SeedResult(status="invalid", reason=reason, raw=None, **base)
     res = run_worker(eval_spec(setup, pristine, ckpts), seed_dir / "eval")
@@ -339,17 +412,19 @@ def printable(text: str) -> str:
 
 
 def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: Path,
-                pristine: Path | None = None) -> list[SeedResult]:
+                pristine: Path | None = None, training_seeds: dict | None = None) -> list[SeedResult]:
     """Train and evaluate `sub` once per seed. Harness faults become `error` seeds.
 
-    `pristine`: the run's own verified pristine copy, when it has one; else one is made here."""
+    `pristine`: the run's own verified pristine copy, when it has one; else one is made here.
+    `training_seeds`: the --seed per grader seed (an audit replays a run's); else derived."""
     task = setup.task
     workdir.mkdir(parents=True, exist_ok=True)
     # Each copy is built under a temporary name and renamed when complete, so a harness killed
     # mid-copy leaves nothing that a resumed grading would take for a finished copy.
     if pristine is None:
         pristine = _build_once(workdir / ".pristine", lambda d: pristine_copy(task, d))
-    train_repo = _build_once(workdir / "train_repo", lambda d: build_training_copy(task, sub, d))
+    train_repo = _build_once(stage_dir(setup, f"repo {workdir} {sub.sha256}") / "repo",
+                             lambda d: build_training_copy(task, sub, d))
     mounts, env = data_mounts(task, setup.scale, PROJECT_ROOT / "outputs" / ".cache")
     results = []
     caps = (f"CPU cap {setup.cpu_cap_s:.0f} CPU-s, liveness net {setup.cap_s:.0f} s" if setup.cpu_cap_s is not None
@@ -363,7 +438,9 @@ def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: P
         # next (device_lock's priority) instead of waiting for a whole multi-seed grading
         with device_lock(setup.device, setup.threads):
             try:
-                r = train_and_evaluate(setup, train_repo, pristine, seed, seed_dir, mounts, env)
+                train_seed = (training_seeds[seed] if training_seeds and seed in training_seeds
+                              else training_seed(setup, f"grade {seed}", seed))
+                r = train_and_evaluate(setup, train_repo, pristine, seed, seed_dir, mounts, env, train_seed)
             except EnvironmentFault as e:   # the machine's fault: error, retried on rerun
                 r = SeedResult(seed=seed, status="error", reason=f"environment: {e}", raw=None,
                                train_s=round(setup.cap_s, 2), timed_out=True, cut="wall")
@@ -384,6 +461,7 @@ def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: P
 def _build_once(dest: Path, build) -> Path:
     if dest.exists():
         return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".partial")
     if tmp.exists():
         make_writable(tmp)

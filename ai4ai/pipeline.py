@@ -21,7 +21,7 @@ from . import anchors as anchor_store
 from . import record
 from .console import say
 from .proxy import ProxyServer, choose_submission, client_bin, trajectory_summary, write_submission_record
-from .grade import Scored, budget, grade_seeds, score_seeds, setup_for, write_json
+from .grade import Scored, budget, grade_seeds, run_nonce, score_seeds, setup_for, write_json
 from .instructions import render
 from .provenance import benchmark_version, default_device, device_class, task_version, torch_minor, versions
 from .sandbox import agent_sandbox, resolve_backend
@@ -170,7 +170,7 @@ def grade_and_record(ctx: Context, cfg: DictConfig, sub: Submission, agent_name:
                      started_at: str, seed: int) -> dict:
     rec = ensure_anchors(ctx, cfg)
     setup = setup_for(ctx.task, ctx.scale, ctx.device, ctx.threads, ctx.backend, rec, ctx.run_dir,
-                      progress=bool(cfg.progress))
+                      progress=bool(cfg.progress), nonce=run_nonce(ctx.run_dir))
     t0 = time.monotonic()
     pristine = ctx.run_dir / ".harness" / "pristine"      # made and verified before the agent phase
     results = grade_seeds(setup, sub, seeds, ctx.run_dir / "grade", pristine if pristine.is_dir() else None)
@@ -208,6 +208,7 @@ def build_result(ctx: Context, agent_name, agent_cfg, seeds, seed, scored: Score
                                                                 if c.get("name") == r.chosen), None),
                                       "validation_metric": r.validation_metric, "timed_out": r.timed_out,
                                       "train_s": r.train_s, "cpu_s": r.cpu_s, "cut": r.cut, "steps": r.steps,
+                                      "training_seed": r.training_seed,
                                       "host_idle_cores": r.host_idle_cores} for r in results]},
         "submission": sub.summary(),
         "trajectory": trajectory or {"proxy_calls": 0, "first_valid_proxy": None, "best_proxy": None,
@@ -305,13 +306,15 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     ws = agent_workspace(ctx.task, run_dir / "workspace")
     home = run_dir / "agent_home"
     (home / "tmp").mkdir(parents=True, exist_ok=True)
-    proxy_setup = setup_for(ctx.task, ctx.scale, ctx.device, ctx.threads, ctx.backend, rec, run_dir, progress=False)
+    proxy_setup = setup_for(ctx.task, ctx.scale, ctx.device, ctx.threads, ctx.backend, rec, run_dir, progress=False,
+                            nonce=run_nonce(run_dir))
     t_start = time.time()
     server = ProxyServer(setup=proxy_setup, pristine=pristine, workspace=ws, run_dir=run_dir,
                          validation=rec.validation, deadline=t_start + window_s)
     sock_dir = server.start()
     sb = agent_sandbox(ctx.backend, ws, home, client_bin(run_dir), sock_dir, network=agent_cfg.get("network") is True,
                        threads=ctx.threads, scale=ctx.scale, window_s=window_s, deadline=t_start + window_s)
+    sb.extend_s = lambda: server.credit_s      # the proxy's waits for the device go back to the window
     instructions = render(ctx.task, ctx.scale, window_s, t_start)
     (run_dir / "instructions.md").write_text(instructions)
     say(f"agent phase: window {window_s:.0f} s, sandbox {ctx.backend}")

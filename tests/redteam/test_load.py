@@ -67,7 +67,7 @@ def test_starved_training_is_an_error_not_a_lower_score(tmp_path, task, pristine
 def test_sleeping_past_the_liveness_net_is_invalid(tmp_path, task, pristine):
     """Escaping a bad score through `error`: a training that sleeps until the liveness net cuts it.
     Gains nothing: it was not waiting for a CPU, so the seed is `invalid`, never retried."""
-    outcome, _, reason = _train(tmp_path, task, pristine, "import time as _t\n_t.sleep(300)\n", wall_s=6, cpu_s=500)
+    outcome, _, reason = _train(tmp_path, task, pristine, "import time as _t\n_t.sleep(300)\n", wall_s=30, cpu_s=500)
     assert outcome.cut == "wall" and reason and reason.startswith("idle past the liveness net"), (outcome, reason)
 
 
@@ -76,7 +76,7 @@ def test_lowering_its_own_priority_on_a_loaded_host_is_invalid(tmp_path, task, p
     """The same escape on a loaded host: nice 19, so that load starves it and the cut looks like the
     machine's fault. Gains nothing: a tree that lowered its own priority owns its waiting."""
     code = "import os as _os\n_os.nice(19)\n" + BURN.format(s=60)
-    outcome, _, reason = _train(tmp_path, task, pristine, code, wall_s=8, cpu_s=500)
+    outcome, _, reason = _train(tmp_path, task, pristine, code, wall_s=30, cpu_s=500)
     assert outcome.lowered_priority and reason and "lowered its own scheduling priority" in reason, (outcome, reason)
 
 
@@ -85,7 +85,7 @@ def test_training_past_its_cpu_cap_keeps_what_it_wrote(tmp_path, task, pristine)
     """The CPU cap is the budget, like the wall clock at full: a run that keeps computing after its
     last checkpoint is ended at the cap and its checkpoints count (graded, cut recorded)."""
     code = ("from checkpoint import save_checkpoint as _save\n_save(model, args.out, 1)\n" + BURN.format(s=600))
-    outcome, ckpts, reason = _train(tmp_path, task, pristine, code, wall_s=300, cpu_s=6)
+    outcome, ckpts, reason = _train(tmp_path, task, pristine, code, wall_s=300, cpu_s=25)
     assert outcome.cut == "cpu" and reason is None and [c.name for c in ckpts] == ["ckpt_00000001.safetensors"]
     sb, _, _ = training_sandbox(tmp_path / "env", task)
     _, log = run_py(sb, tmp_path, "import os; print(os.environ.get('OMP_WAIT_POLICY'))", "/repo")
