@@ -51,7 +51,7 @@ def _is_data(name: str) -> bool:
     return name.lower().endswith(DATA_SUFFIXES)
 
 
-def _package_path(path: Path, roots: list[Path]) -> str | None:
+def _package_path(path: Path) -> str | None:
     """`path` relative to the site-packages folder it is in (the name the lists above use)."""
     parts = path.parts
     for i in range(len(parts) - 1, 0, -1):
@@ -69,7 +69,7 @@ def scan(roots: list[Path]) -> dict[Path, str]:
         for dirpath, dirnames, filenames in os.walk(root):
             here = Path(dirpath)
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-            rel = _package_path(here, roots)
+            rel = _package_path(here)
             if rel is not None and any(rel == k or rel.startswith(k + "/") for k in RUNTIME):
                 dirnames[:] = []
                 continue
