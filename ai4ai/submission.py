@@ -32,11 +32,12 @@ MAX_LISTED = 100
 # A patch is code; a model trained beforehand is not. The budget is the compressed size of the
 # added text (the pristine sources as a preset dictionary, so text copied from the repo is
 # nearly free), at least INFO_FLOOR_BYTES and otherwise INFO_FRACTION of the model's fp16 size
-# at the scale being graded. The floor is about 5x the largest shipped example (1.4 KB) so that
-# a verbose honest patch fits; the fraction only matters where the model is large (full scale),
-# and there MAX_PATCH_BYTES binds first for most tasks.
+# at the scale being graded. The floor is about 7x the largest shipped example (1.2 KB measured
+# this way) so that a verbose honest patch fits; at ci and smoke it is what applies for every task
+# (0.08 bits a parameter of pruning's 806k-parameter model, whose mask would need ~1 bit each).
+# The fraction only matters at full scale, where MAX_PATCH_BYTES binds first for most tasks.
 INFO_FLOOR_BYTES = 8_192
-INFO_FRACTION = 0.01
+INFO_FRACTION = 0.005
 # High-entropy content in literals and comments, summed over the patch, each with a small
 # allowance: a couple of hashes or keys pass, an encoded tensor does not.
 BASE64_RUN = 32                   # a run this long of [A-Za-z0-9+], with 3+ each of upper, lower, digit
