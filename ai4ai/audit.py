@@ -166,7 +166,7 @@ def regrade_run(result: dict, run_dir: Path, ctx, cfg, seeds, anchors: str, out:
         return {"agrees": False, "reason": "submission.patch is missing; nothing to re-grade"}
     pristine = pristine_copy(task, out / ".harness" / "pristine")
     try:
-        sub = from_patch(task, pristine, text)
+        sub = from_patch(task, pristine, text, scale=ctx.scale)
     except PatchFormatError as e:
         return {"agrees": False, "reason": f"submission.patch is not a unified diff: {e}"}
     current = anchor_store.find(task.grader, ctx.key)

@@ -166,7 +166,7 @@ def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) 
     best_margin, scores = -math.inf, {}
     for p in examples:
         say(f"grading example {p.name}")
-        res = grade_seeds(setup, from_patch(task, task.repo, p.read_text()), seeds, run_dir / p.stem)
+        res = grade_seeds(setup, from_patch(task, task.repo, p.read_text(), scale=ctx.scale), seeds, run_dir / p.stem)
         s = score_seeds(task, res, a)
         scores[p.name] = s.score
         if s.status != "graded" or s.score is None:

@@ -327,7 +327,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
         server.stop()
     say(f"agent finished: exit {outcome.exit_code}, {'timed out, ' if outcome.timed_out else ''}{outcome.wall_s:.1f} s, "
         f"{server.calls} proxy call(s)")
-    final = from_workspace(ctx.task, pristine, ws)
+    final = from_workspace(ctx.task, pristine, ws, scale=ctx.scale)
     sub, source = choose_submission(str(cfg.submission), final, server)
     write_submission_record(run_dir, sub, source)
     write_json(run_dir / "agent_outcome.json", {"exit_code": outcome.exit_code, "timed_out": outcome.timed_out,
@@ -354,7 +354,7 @@ def resume_grading(ctx: Context, cfg: DictConfig, run_dir: Path, agent_cfg: dict
     pristine = run_dir / ".harness" / "pristine"
     if not pristine.exists():
         pristine_copy(ctx.task, pristine)
-    sub = from_patch(ctx.task, pristine, (run_dir / "submission.patch").read_text())
+    sub = from_patch(ctx.task, pristine, (run_dir / "submission.patch").read_text(), scale=ctx.scale)
     outcome = json.loads((run_dir / "agent_outcome.json").read_text()) if (run_dir / "agent_outcome.json").exists() else {}
     usage = outcome.get("usage") or {}
     cost = {k: usage.get(k) for k in ("usd", "input_tokens", "output_tokens")} if usage else None
@@ -387,7 +387,7 @@ def grade(cfg: DictConfig, run_dir: Path) -> dict | None:
     pristine = pristine_copy(ctx.task, run_dir / ".harness" / "pristine")
     from .submission import PatchFormatError
     try:
-        sub = from_patch(ctx.task, pristine, text)
+        sub = from_patch(ctx.task, pristine, text, scale=ctx.scale)
     except PatchFormatError as e:
         raise UsageError(f"patch={cfg.patch}: not a unified diff ({e})")
     (run_dir / "submission.patch").write_text(sub.patch)

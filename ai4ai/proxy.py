@@ -115,7 +115,7 @@ class ProxyServer:
         return self.deadline + self.credit_s - time.time()
 
     def _snapshot(self) -> Submission:
-        return from_workspace(self.setup.task, self.pristine, self.workspace)
+        return from_workspace(self.setup.task, self.pristine, self.workspace, scale=self.setup.scale)
 
     def _score(self) -> dict:
         self.calls += 1

@@ -26,7 +26,7 @@ from typing import Callable
 
 import psutil
 
-from . import PROJECT_ROOT
+from . import PROJECT_ROOT, package_data
 
 KERNELS_DIR = PROJECT_ROOT / "kernels"
 GRACE_S = 10.0
@@ -276,6 +276,7 @@ class Sandbox:
     max_memory_bytes: int | None = None    # RLIMIT_AS of every process of the phase; None: no limit
     max_procs: int | None = MAX_PROCS      # the phase is ended when its tree holds more processes
     extend_s: Callable[[], float] | None = None   # seconds added to the wall-clock limit while it runs
+    hide_package_data: bool = True     # empty the data folders that installed packages ship
 
     def host(self, inside: str) -> Path:
         """The host path behind an inside path (for the `none` backend and for the harness)."""
@@ -334,6 +335,8 @@ class Sandbox:
             a += ["--ro-bind-try", knob, knob]
         a += ["--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
         binds = [(str(d), str(d), False) for d in _python_dirs()]
+        # datasets shipped inside installed packages are data outside every budget: hidden
+        hide = package_data.bwrap_args(package_data.hidden_paths()) if self.hide_package_data else []
         for m in self.mounts:
             if _under(PROJECT_ROOT, m.host) and not m.host.resolve() == KERNELS_DIR.resolve():
                 raise SandboxError(f"refusing to mount {m.host}: it contains the project root")
@@ -348,8 +351,10 @@ class Sandbox:
                     continue        # exists already, or comes with a bind
                 a += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
-        for host, inside, writable in binds:
+        for i, (host, inside, writable) in enumerate(binds):
             a += ["--bind" if writable else "--ro-bind", host, inside]
+            if i == len(_python_dirs()) - 1:
+                a += hide           # over the interpreter's folders, before the phase's own mounts
         if self.gpu:
             for dev in sorted(Path("/dev").glob("nvidia*")):
                 a += ["--dev-bind", str(dev), str(dev)]

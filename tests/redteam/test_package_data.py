@@ -10,7 +10,7 @@ import pytest
 from ai4ai.package_data import DATASETS, RUNTIME, bwrap_args, hidden_paths, python_dirs
 from ai4ai.sandbox import Mount
 
-from .conftest import needs_bwrap, run_py, training_sandbox
+from .conftest import agent_sandbox, needs_bwrap, run_py, training_sandbox
 
 PROBE = r"""
 import json, os, sklearn.datasets as ds
@@ -38,8 +38,8 @@ print("WORKS", scipy.stats.qmc.Sobol(2, seed=0).random(4).shape, sum(p.numel() f
 """
 
 
-def _probe(sb, tmp_path, script=PROBE, tag="PROBE"):
-    out, log = run_py(sb, tmp_path, script, "/repo", timeout=240)
+def _probe(sb, tmp_path, script=PROBE, tag="PROBE", cwd="/repo"):
+    out, log = run_py(sb, tmp_path, script, cwd, timeout=240)
     assert out.returncode == 0, log[-3000:]
     line = next(ln for ln in log.splitlines() if ln.startswith(tag + " "))
     return json.loads(line[len(tag) + 1:]) if tag == "PROBE" else line
@@ -96,13 +96,21 @@ def test_the_mounts_hide_the_data_and_training_still_runs(tmp_path):
 
 
 @needs_bwrap
-@pytest.mark.xfail(strict=True, reason="mounts wired by sandbox change")
 def test_the_training_sandbox_exposes_no_package_dataset(tmp_path):
     """Route 6 as filed: from inside the grader's training sandbox for diffusion_rl, a submission
     asks scikit-learn for its digits and reads the bundled file. Gains nothing once the training
-    sandbox mounts package_data.hidden_paths() (today it reads all 1,797 digits)."""
+    sandbox mounts package_data.hidden_paths() (before, it read all 1,797 digits)."""
     from ai4ai.task import load_task
     task = load_task("diffusion_rl")
     sb, _, _ = training_sandbox(tmp_path, task)
     seen = _probe(sb, tmp_path)
+    assert seen["digits"] == "FileNotFoundError" and not seen["listing"] and seen["csv_bytes"] == "FileNotFoundError", seen
+
+
+@needs_bwrap
+def test_the_agent_sandbox_exposes_no_package_dataset(tmp_path):
+    """The same from the agent's sandbox (built by the function pipeline.run calls): an agent cannot
+    copy the bundled digits into the workspace for its training code to read."""
+    sb, _ = agent_sandbox(tmp_path)
+    seen = _probe(sb, tmp_path, cwd="/workspace")
     assert seen["digits"] == "FileNotFoundError" and not seen["listing"] and seen["csv_bytes"] == "FileNotFoundError", seen
