@@ -42,6 +42,7 @@ class Record:
     train_wall_s: float
     match: str                 # exact | metered-cpu
     raw: dict                  # the whole stored record, for provenance
+    train_cpu_s: float | None = None    # max CPU seconds of a shipped seed (records before CPU accounting: None)
 
 
 def anchors_path(grader_dir: Path) -> Path:
@@ -78,7 +79,8 @@ def find(grader_dir: Path, key: Key) -> Record | None:
                   # a numeric metric.best is the same on every split (records before that was stored say None)
                   validation=Anchors(v["no_info"], v["baseline"], a["best"] if v["best"] is None else v["best"])
                   if v else None,
-                  phi_std=float(r["phi_std"]), train_wall_s=float(r["train_wall_s"]["max"]), match=match, raw=r)
+                  phi_std=float(r["phi_std"]), train_wall_s=float(r["train_wall_s"]["max"]), match=match, raw=r,
+                  train_cpu_s=float(r["train_cpu_s"]["max"]) if r.get("train_cpu_s") else None)
 
 
 def store(grader_dir: Path, record: dict) -> Path:

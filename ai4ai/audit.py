@@ -29,6 +29,7 @@ import math
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import hydra
@@ -38,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from . import PROJECT_ROOT
 from . import anchors as anchor_store
 from .console import say
-from .grade import GradeSetup, cap_seconds, grade_seeds, score_seeds, write_json
+from .grade import grade_seeds, score_seeds, setup_for, write_json
 from .pipeline import UsageError, context, ensure_anchors
 from .provenance import UNVERSIONED, benchmark_version, tree_sha256, versions
 from .scoring import Anchors, seed_noise_sigma
@@ -165,7 +166,7 @@ def regrade_run(result: dict, run_dir: Path, ctx, cfg, seeds, anchors: str, out:
         return {"agrees": False, "reason": "submission.patch is missing; nothing to re-grade"}
     pristine = pristine_copy(task, out / ".harness" / "pristine")
     try:
-        sub = from_patch(task, pristine, text)
+        sub = from_patch(task, pristine, text, scale=ctx.scale)
     except PatchFormatError as e:
         return {"agrees": False, "reason": f"submission.patch is not a unified diff: {e}"}
     current = anchor_store.find(task.grader, ctx.key)
@@ -177,11 +178,18 @@ def regrade_run(result: dict, run_dir: Path, ctx, cfg, seeds, anchors: str, out:
         use = Anchors(a["no_info"], a["baseline"], a["best"])
     else:
         raise UsageError(f"anchors={anchors!r}: use recorded or current")
-    cap = (result.get("timing") or {}).get("cap_s") or cap_seconds(task, ctx.scale, current)
-    say(f"audit: re-grading {run_dir.name} ({task.name} at {ctx.scale}, seeds {seeds}, cap {cap:.0f} s) -> {out}")
-    setup = GradeSetup(task=task, scale=ctx.scale, device=ctx.device, threads=ctx.threads, backend=ctx.backend,
-                       cap_s=float(cap), run_dir=out, progress=bool(cfg.progress))
-    results = grade_seeds(setup, sub, seeds, out / "grade")
+    # the caps the run was graded under, where it recorded them; else those of the current anchors
+    timing = result.get("timing") or {}
+    setup = setup_for(task, ctx.scale, ctx.device, ctx.threads, ctx.backend, current, out, progress=bool(cfg.progress))
+    if timing.get("cap_s"):
+        setup = replace(setup, cap_s=float(timing["cap_s"]),
+                        cpu_cap_s=float(timing["cpu_cap_s"]) if timing.get("cpu_cap_s") else None)
+    say(f"audit: re-grading {run_dir.name} ({task.name} at {ctx.scale}, seeds {seeds}, cap {setup.cap_s:.0f} s"
+        + (f", {setup.cpu_cap_s:.0f} CPU-s" if setup.cpu_cap_s else "") + f") -> {out}")
+    # the very --seed each training process got in the run (derived from the run's secret nonce)
+    replay = {c["seed"]: c["training_seed"] for c in (result.get("checkpoints") or {}).get("per_seed", [])
+              if c.get("training_seed") is not None}
+    results = grade_seeds(setup, sub, seeds, out / "grade", training_seeds=replay)
     scored = score_seeds(task, results, use)
     on_current = score_seeds(task, results, current.anchors).score if current is not None and anchors != "current" \
         else None

@@ -60,6 +60,7 @@ def calibrate_ctx(ctx, workdir: Path, seeds: list[int] | None = None, progress: 
     raws = [r.raw for r in results]
     phis = [phi(x, task.metric.direction, task.metric.transform) for x in raws]
     walls = [r.train_s for r in results]
+    cpus = [r.cpu_s for r in results]
     baseline = _phi_mean_raw(task, raws)
     vals = [r.validation_metric for r in results if r.validation_metric is not None]
     se = [r.test_excess_se for r in results if r.test_excess_se is not None]
@@ -73,6 +74,7 @@ def calibrate_ctx(ctx, workdir: Path, seeds: list[int] | None = None, progress: 
         "phi_std": statistics.stdev(phis),
         "test_excess_se": max(se) if se else None,
         "train_wall_s": {"per_seed": walls, "mean": statistics.mean(walls), "max": max(walls)},
+        "train_cpu_s": {"per_seed": cpus, "mean": statistics.mean(cpus), "max": max(cpus)},
         "provenance": {"calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
                        "sandbox": ctx.backend, "calibration_s": round(time.monotonic() - t0, 1),
                        "benchmark_version_at_calibration": ctx.version,
@@ -87,7 +89,7 @@ def calibrate_ctx(ctx, workdir: Path, seeds: list[int] | None = None, progress: 
     a = record["anchors"]
     say(f"anchors stored in {path}: no_info {a['no_info']:.4f}, baseline {a['baseline']:.4f} "
         f"(phi std {record['phi_std']:.4f} over {len(seeds)} seeds), best {a['best']:.4f}; "
-        f"shipped training {record['train_wall_s']['mean']:.1f} s per seed")
+        f"shipped training {record['train_wall_s']['mean']:.1f} s, {record['train_cpu_s']['mean']:.1f} CPU-s per seed")
     return record
 
 

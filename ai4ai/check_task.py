@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from . import PROJECT_ROOT
 from .console import say
-from .grade import GradeSetup, cap_seconds, grade_seeds, score_seeds
+from .grade import grade_seeds, score_seeds, setup_for
 from .hidden import REQUIRED, load_grader
 from .pipeline import context, ensure_anchors, hydra_run_dir
 from .scoring import phi, seed_noise_sigma
@@ -140,8 +140,7 @@ def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) 
                   f"must be <= {EVAL_NOISE_MAX}: enlarge the hidden test split")
     else:
         rep.warn("test split sampling noise", "the grader has no evaluate_with_noise(); not measured")
-    setup = GradeSetup(task=task, scale=ctx.scale, device=ctx.device, threads=ctx.threads, backend=ctx.backend,
-                       cap_s=cap_seconds(task, ctx.scale, rec), run_dir=run_dir, progress=bool(cfg.progress))
+    setup = setup_for(task, ctx.scale, ctx.device, ctx.threads, ctx.backend, rec, run_dir, progress=bool(cfg.progress))
     seeds = list(task.scale(ctx.scale).grader_seeds)
     say(f"grading the shipped algorithm on grader seeds {seeds}")
     base = grade_seeds(setup, from_patch(task, task.repo, ""), seeds, run_dir / "shipped")
@@ -167,7 +166,7 @@ def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) 
     best_margin, scores = -math.inf, {}
     for p in examples:
         say(f"grading example {p.name}")
-        res = grade_seeds(setup, from_patch(task, task.repo, p.read_text()), seeds, run_dir / p.stem)
+        res = grade_seeds(setup, from_patch(task, task.repo, p.read_text(), scale=ctx.scale), seeds, run_dir / p.stem)
         s = score_seeds(task, res, a)
         scores[p.name] = s.score
         if s.status != "graded" or s.score is None:

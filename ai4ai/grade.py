@@ -7,9 +7,12 @@ of the chosen one in a separate process -> sigma.
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import hmac
 import json
 import math
 import os
+import secrets
 import shlex
 import shutil
 import socket
@@ -47,6 +50,11 @@ class SeedResult:
     chosen: str | None = None
     validation_metric: float | None = None
     test_excess_se: float | None = None
+    cpu_s: float | None = None            # CPU time of the training tree, measured from the host
+    cut: str | None = None                # cpu | wall: the harness ended training (None: it exited)
+    steps: int | None = None              # the chosen checkpoint's step (from its name)
+    training_seed: int | None = None      # the --seed the training process got (see training_seed)
+    host_idle_cores: float | None = None  # the host's idle CPUs during training (load evidence)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -59,19 +67,43 @@ class GradeSetup:
     device: str
     threads: int
     backend: str
-    cap_s: float
+    cap_s: float                   # wall clock: the budget at full, a wide liveness net when cpu_cap_s is set
     run_dir: Path
     progress: bool = True
+    cpu_cap_s: float | None = None     # CPU seconds of the training tree (metered scales, once calibrated)
+    # The run's secret: training seeds and sandbox folder names derive from it, so a training
+    # process cannot tell a proxy call from a grading seed. None: the seeds pass unchanged
+    # (calibration and check_task, which grade no submission).
+    nonce: str | None = None
+
+
+def training_seed(setup: GradeSetup, label: str, default: int) -> int:
+    """The --seed a training process gets: a 31-bit value derived from the run's nonce."""
+    if setup.nonce is None:
+        return default
+    return int.from_bytes(hmac.new(setup.nonce.encode(), label.encode(), hashlib.sha256).digest()[:4], "big") >> 1
+
+
+def stage_dir(setup: GradeSetup, label: str | None = None) -> Path:
+    """A host folder for what a training sandbox mounts, of one shape for every training run
+    (<run>/.harness/t/<16 hex>): /proc/self/mountinfo shows a mount's host path, and it must not
+    tell a proxy call from a grading seed. Named from the nonce when `label` is given (resumable)."""
+    token = (hmac.new((setup.nonce or "").encode(), label.encode(), hashlib.sha256).hexdigest()[:16]
+             if label else secrets.token_hex(8))
+    return setup.run_dir / ".harness" / "t" / token
 
 
 @contextmanager
-def device_lock(device: str, threads: int = 0):
+def device_lock(device: str, threads: int = 0, priority: bool = False):
     """Gradings (and proxy runs) share a device only as far as its cores go, across processes.
 
     A CPU is shared out in one-core slots and a grading of `threads` threads holds that many:
     a 2-core host grades two 1-thread tasks at once, and a 2-thread task takes the whole host.
     A GPU is one slot. Waiters queue at a gate first and take their slots while holding it, so
     a stream of 1-thread gradings cannot overtake a 2-thread one that is waiting for both cores.
+    `priority` (a running agent's proxy call, whose wait eats its window) goes ahead of the gate:
+    ordinary waiters try their slots only while holding the priority file shared, all or none at
+    once, so a priority waiter holding it exclusively takes the next free slots before any of them.
     """
     lock_dir = PROJECT_ROOT / "outputs" / ".locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
@@ -83,18 +115,46 @@ def device_lock(device: str, threads: int = 0):
     need = min(total, threads) if cpu else 1
     files = [open(lock_dir / (f"{name}.lock" + (f".{i}" if i else "")), "w") for i in range(total)]
     try:
-        with open(lock_dir / f"{name}.gate", "w") as gate:
-            fcntl.flock(gate, fcntl.LOCK_EX)        # one waiter at a time takes slots; others queue here
-            if need == 1:       # any free slot
-                while not any(_try_lock(f) for f in files):
-                    time.sleep(0.5)
-            else:               # several slots, always taken in the same order (no deadlock)
-                for f in files[:need]:
-                    fcntl.flock(f, fcntl.LOCK_EX)
-        yield                                       # the gate is closed (released) before the work
+        with open(lock_dir / f"{name}.priority", "w") as prio:
+            if priority:
+                fcntl.flock(prio, fcntl.LOCK_EX)
+                _take(files, need, block=True)
+            else:
+                with open(lock_dir / f"{name}.gate", "w") as gate:
+                    fcntl.flock(gate, fcntl.LOCK_EX)    # one ordinary waiter at a time; others queue here
+                    while True:
+                        fcntl.flock(prio, fcntl.LOCK_SH)
+                        got = _take(files, need, block=False)
+                        fcntl.flock(prio, fcntl.LOCK_UN)
+                        if got:
+                            break
+                        time.sleep(0.2)
+        yield                                       # gate and priority file are released before the work
     finally:
         for f in files:
             f.close()
+
+
+def _take(files: list, need: int, block: bool) -> bool:
+    """Take `need` slots: any free one when one is needed, else the first `need` in order (the same
+    order for everyone: no deadlock). Without `block`, all or none."""
+    if need == 1:
+        while True:
+            if any(_try_lock(f) for f in files):
+                return True
+            if not block:
+                return False
+            time.sleep(0.2)
+    taken = []
+    for f in files[:need]:
+        if block:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        elif not _try_lock(f):
+            for t in taken:
+                fcntl.flock(t, fcntl.LOCK_UN)
+            return False
+        taken.append(f)
+    return True
 
 
 def _try_lock(f) -> bool:
@@ -105,11 +165,67 @@ def _try_lock(f) -> bool:
         return False
 
 
-def cap_seconds(task: Task, scale: str, record: anchor_store.Record | None) -> float:
+# At the metered scales the wall clock is only a liveness net this many times wider than the cap
+# it replaced (cap_factor x the shipped wall time): seen here, a 2-core host loaded by two other
+# gradings ran the shipped optimizer at a third of its idle speed.
+LIVENESS_FACTOR = 4.0
+# A training cut by the liveness net while under its CPU cap is the environment's fault (an `error`,
+# retried) only if its threads spent at least this share of the wall time runnable but waiting for
+# a CPU: load starved it. A tree that slept instead (or lowered its own priority) chose not to run,
+# and the seed is `invalid`. The CPU cap is at most 1/LIVENESS_FACTOR of what the net would allow
+# an unstarved tree, so a busy tree the net cuts got under a quarter of its cores and waited for
+# the rest: its share is well above this.
+STARVED_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Budget:
+    wall_s: float                  # --budget-s and the harness's wall-clock cut
+    cpu_s: float | None            # the training tree's CPU cap; None where the wall clock binds
+    source: str                    # how the caps were derived, for the record
+
+
+def budget(task: Task, scale: str, record: anchor_store.Record | None, threads: int) -> Budget:
+    """The caps of one training run.
+
+    full: the wall clock binds, cap_factor x the shipped algorithm's wall time on this device
+    class. ci and smoke: compute is capped in CPU time, cap_factor x the shipped algorithm's
+    CPU time, which load does not change; the wall clock becomes a liveness net."""
     b = task.scale(scale)
     if record is None:
-        return b.default_cap_s
-    return max(b.cap_min_s, b.cap_factor * record.train_wall_s)
+        return Budget(b.default_cap_s, None, "uncalibrated: default wall cap")
+    wall_cap = max(b.cap_min_s, b.cap_factor * record.train_wall_s)
+    if scale not in anchor_store.METERED_SCALES:
+        return Budget(wall_cap, None, f"wall: {b.cap_factor} x shipped {record.train_wall_s:.1f} s")
+    if record.train_cpu_s is not None:
+        cpu, how = b.cap_factor * record.train_cpu_s, f"{b.cap_factor} x shipped {record.train_cpu_s:.1f} CPU-s"
+    else:   # a record from before CPU accounting: its wall time x threads bounds the CPU it used
+        cpu = b.cap_factor * record.train_wall_s * threads
+        how = f"{b.cap_factor} x shipped wall {record.train_wall_s:.1f} s x {threads} threads (record has no CPU time)"
+    return Budget(LIVENESS_FACTOR * wall_cap, round(cpu, 1), f"cpu: {how}; wall liveness net {LIVENESS_FACTOR} x {wall_cap:.0f} s")
+
+
+def setup_for(task: Task, scale: str, device: str, threads: int, backend: str,
+              record: anchor_store.Record | None, run_dir: Path, progress: bool = True,
+              nonce: str | None = None) -> GradeSetup:
+    """The grading setup of a task on this device, its caps derived from the anchor record."""
+    b = budget(task, scale, record, threads)
+    return GradeSetup(task=task, scale=scale, device=device, threads=threads, backend=backend, cap_s=b.wall_s,
+                      run_dir=run_dir, progress=progress, cpu_cap_s=b.cpu_s, nonce=nonce)
+
+
+def run_nonce(run_dir: Path) -> str:
+    """The run's secret, made once and kept with the harness's files (a resumed grading reuses it)."""
+    path = run_dir / ".harness" / "nonce"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(16))
+    return path.read_text().strip()
+
+
+def cap_seconds(task: Task, scale: str, record: anchor_store.Record | None) -> float:
+    """The wall-clock cap (budget at full, liveness net at the metered scales)."""
+    return budget(task, scale, record, task.scale(scale).threads).wall_s
 
 
 def data_mounts(task: Task, scale: str, cache_root: Path) -> tuple[list[Mount], dict]:
@@ -186,7 +302,7 @@ def snapshot_checkpoints(out: Path, dest: Path) -> list[Path]:
 
 def training_sandbox(setup: GradeSetup, train_repo: Path, seed_dir: Path, extra_mounts: list,
                      extra_env: dict) -> Sandbox:
-    """Read-only repo copy, a writable output folder and private HOME; no network."""
+    """Read-only repo copy, a writable output folder and private HOME (under `seed_dir`); no network."""
     out, home = seed_dir / "out", seed_dir / "home"
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     mounts = [Mount("/repo", train_repo, False), Mount("/out", out, True), Mount("/home/sandbox", home, True),
@@ -196,30 +312,61 @@ def training_sandbox(setup: GradeSetup, train_repo: Path, seed_dir: Path, extra_
     sb = Sandbox(backend=setup.backend, mounts=mounts, network=False, gpu=gpu,
                  max_memory_bytes=None if gpu else default_memory_limit())
     env = sb.base_env("/home/sandbox")
+    # Passive thread pools: a spinning OpenMP worker burns CPU time while it waits for a core, and
+    # under load that would charge the machine's contention to the run's CPU cap.
     env.update(OMP_NUM_THREADS=str(setup.threads), MKL_NUM_THREADS=str(setup.threads),
+               OMP_WAIT_POLICY="PASSIVE", KMP_BLOCKTIME="0",
                **{k: sb.path(v) for k, v in extra_env.items()})
+    if setup.cpu_cap_s is not None:
+        env["AI4AI_CPU_BUDGET_S"] = f"{setup.cpu_cap_s:.0f}"
     if setup.backend == "none":
         env["PYTHONPATH"] = str(train_repo)
     sb.env = env
     return sb
 
 
+class EnvironmentFault(RuntimeError):
+    """The machine, not the submission, ended a training run (recorded as `error`, retried)."""
+
+
 def run_training(setup: GradeSetup, train_repo: Path, seed: int, seed_dir: Path, extra_mounts: list,
                  extra_env: dict, label: str) -> tuple:
-    """Train once under the cap; returns (outcome, snapshotted checkpoints, invalid reason or None)."""
-    sb = training_sandbox(setup, train_repo, seed_dir, extra_mounts, extra_env)
+    """Train once under the caps; returns (outcome, snapshotted checkpoints, invalid reason or None).
+
+    Raises EnvironmentFault when the liveness net cut a run that was under its CPU cap on a host
+    with no idle capacity: load slowed it, so its checkpoints say nothing about the submission."""
+    # The sandbox's folders live in a neutral stage folder while it runs (see stage_dir) and move
+    # to the seed's folder afterwards.
+    stage = stage_dir(setup)
+    sb = training_sandbox(setup, train_repo, stage, extra_mounts, extra_env)
     bar = TrainingBar(label, setup.progress)
+    seed_dir.mkdir(parents=True, exist_ok=True)
     outcome = sb.run(_entry_argv(setup.task, sb, seed, setup.scale, setup.cap_s, setup.device), "/repo",
-                     setup.cap_s, seed_dir / "train.log", on_line=bar.on_line)
+                     setup.cap_s, seed_dir / "train.log", on_line=bar.on_line, cpu_limit_s=setup.cpu_cap_s)
     bar.close()
+    for part in ("out", "home"):
+        (stage / part).rename(seed_dir / part)
+    stage.rmdir()
     ckpts = snapshot_checkpoints(seed_dir / "out", seed_dir / "checkpoints")
     reason = None
     if outcome.limit:
         reason = f"training ended by the sandbox: {outcome.limit}"
+    elif outcome.cut == "wall" and setup.cpu_cap_s is not None:
+        used = (f"{outcome.cpu_s:.0f} of {setup.cpu_cap_s:.0f} CPU-s in {outcome.wall_s:.0f} s, "
+                f"{outcome.run_delay_s:.0f} s waiting for a CPU")
+        if outcome.lowered_priority:
+            reason = f"lowered its own scheduling priority and ran past the liveness net ({used})"
+        elif outcome.run_delay_s < STARVED_SHARE * outcome.wall_s:
+            reason = f"idle past the liveness net: {used}"
+        else:
+            idle = outcome.host_idle_cores
+            raise EnvironmentFault(f"cut by the liveness net under its CPU cap ({used}; host idle "
+                                   f"{'unknown' if idle is None else f'{idle:.2f} cores'}): the machine was too loaded")
     elif not outcome.timed_out and outcome.returncode != 0:
         reason = f"training exited with code {outcome.returncode}: {_log_tail(seed_dir / 'train.log')}"
     elif not ckpts:
-        reason = "timed out with no checkpoint" if outcome.timed_out else "training wrote no checkpoint"
+        reason = {"cpu": "CPU budget spent with no checkpoint", "wall": "timed out with no checkpoint"}.get(
+            outcome.cut, "training wrote no checkpoint")
     return outcome, ckpts, reason
 
 
@@ -232,10 +379,11 @@ def eval_spec(setup: GradeSetup, pristine: Path, ckpts: list, mode: str = "grade
 
 
 def train_and_evaluate(setup: GradeSetup, train_repo: Path, pristine: Path, seed: int,
-                       seed_dir: Path, extra_mounts: list, extra_env: dict) -> SeedResult:
-    outcome, ckpts, reason = run_training(setup, train_repo, seed, seed_dir, extra_mounts, extra_env,
+                       seed_dir: Path, extra_mounts: list, extra_env: dict, train_seed: int) -> SeedResult:
+    outcome, ckpts, reason = run_training(setup, train_repo, train_seed, seed_dir, extra_mounts, extra_env,
                                           f"  seed {seed} training")
-    base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out)
+    base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out, cpu_s=outcome.cpu_s,
+                cut=outcome.cut, host_idle_cores=outcome.host_idle_cores, training_seed=train_seed)
     if reason:
         return SeedResult(status="invalid", reason=reason, raw=None, **base)
     res = run_worker(eval_spec(setup, pristine, ckpts), seed_dir / "eval")
@@ -243,9 +391,10 @@ def train_and_evaluate(setup: GradeSetup, train_repo: Path, pristine: Path, seed
         reasons = "; ".join(c.get("reason", "") for c in res["candidates"])
         return SeedResult(status="invalid", reason=f"no valid checkpoint: {reasons}", raw=None,
                           candidates=res["candidates"], **base)
+    m = CKPT_RE.match(res["chosen"])
     return SeedResult(status="graded", reason=None, raw=res["test_metric"], candidates=res["candidates"],
                       chosen=res["chosen"], validation_metric=res.get("validation_metric"),
-                      test_excess_se=res.get("test_excess_se"), **base)
+                      test_excess_se=res.get("test_excess_se"), steps=int(m.group(1)) if m else None, **base)
 
 
 def _log_tail(path: Path, n: int = 300) -> str:
@@ -263,42 +412,56 @@ def printable(text: str) -> str:
 
 
 def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: Path,
-                pristine: Path | None = None) -> list[SeedResult]:
+                pristine: Path | None = None, training_seeds: dict | None = None) -> list[SeedResult]:
     """Train and evaluate `sub` once per seed. Harness faults become `error` seeds.
 
-    `pristine`: the run's own verified pristine copy, when it has one; else one is made here."""
+    `pristine`: the run's own verified pristine copy, when it has one; else one is made here.
+    `training_seeds`: the --seed per grader seed (an audit replays a run's); else derived."""
     task = setup.task
     workdir.mkdir(parents=True, exist_ok=True)
     # Each copy is built under a temporary name and renamed when complete, so a harness killed
     # mid-copy leaves nothing that a resumed grading would take for a finished copy.
     if pristine is None:
         pristine = _build_once(workdir / ".pristine", lambda d: pristine_copy(task, d))
-    train_repo = _build_once(workdir / "train_repo", lambda d: build_training_copy(task, sub, d))
+    train_repo = _build_once(stage_dir(setup, f"repo {workdir} {sub.sha256}") / "repo",
+                             lambda d: build_training_copy(task, sub, d))
     mounts, env = data_mounts(task, setup.scale, PROJECT_ROOT / "outputs" / ".cache")
     results = []
-    with device_lock(setup.device, setup.threads):
-        for seed in seeds:
-            say(f"grading seed {seed} ({setup.scale}, cap {setup.cap_s:.0f}s, sandbox {setup.backend})")
-            seed_dir = workdir / f"seed_{seed}"
-            if seed_dir.exists():
-                shutil.rmtree(seed_dir)
+    caps = (f"CPU cap {setup.cpu_cap_s:.0f} CPU-s, liveness net {setup.cap_s:.0f} s" if setup.cpu_cap_s is not None
+            else f"cap {setup.cap_s:.0f}s")
+    for seed in seeds:
+        say(f"grading seed {seed} ({setup.scale}, {caps}, sandbox {setup.backend})")
+        seed_dir = workdir / f"seed_{seed}"
+        if seed_dir.exists():
+            shutil.rmtree(seed_dir)
+        # the device is held one seed at a time, so a waiting proxy call of a running agent goes
+        # next (device_lock's priority) instead of waiting for a whole multi-seed grading
+        with device_lock(setup.device, setup.threads):
             try:
-                r = train_and_evaluate(setup, train_repo, pristine, seed, seed_dir, mounts, env)
+                train_seed = (training_seeds[seed] if training_seeds and seed in training_seeds
+                              else training_seed(setup, f"grade {seed}", seed))
+                r = train_and_evaluate(setup, train_repo, pristine, seed, seed_dir, mounts, env, train_seed)
+            except EnvironmentFault as e:   # the machine's fault: error, retried on rerun
+                r = SeedResult(seed=seed, status="error", reason=f"environment: {e}", raw=None,
+                               train_s=round(setup.cap_s, 2), timed_out=True, cut="wall")
             except Exception as e:  # the harness's fault: recorded as error, never scored
                 seed_dir.mkdir(parents=True, exist_ok=True)   # the fault may come before the phase made it
                 (seed_dir / "harness_error.txt").write_text(traceback.format_exc())
                 r = SeedResult(seed=seed, status="error", reason=f"harness error: {type(e).__name__}: {e}",
                                raw=None, train_s=0.0, timed_out=False)
-            msg = f"  seed {seed}: {r.status}"
-            msg += f", {task.metric.name} {r.raw:.4f} (chose {r.chosen})" if r.raw is not None else f" ({r.reason})"
-            say(msg)
-            results.append(r)
+        msg = f"  seed {seed}: {r.status}"
+        msg += f", {task.metric.name} {r.raw:.4f} (chose {r.chosen})" if r.raw is not None else f" ({r.reason})"
+        if r.cut == "cpu":
+            msg += f"; cut by its CPU cap at {r.cpu_s:.0f} CPU-s"
+        say(msg)
+        results.append(r)
     return results
 
 
 def _build_once(dest: Path, build) -> Path:
     if dest.exists():
         return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".partial")
     if tmp.exists():
         make_writable(tmp)

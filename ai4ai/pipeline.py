@@ -22,7 +22,7 @@ from . import record
 from .agents.base import COST_KEYS
 from .console import say
 from .proxy import ProxyServer, choose_submission, client_bin, trajectory_summary, write_submission_record
-from .grade import GradeSetup, Scored, cap_seconds, grade_seeds, score_seeds, write_json
+from .grade import Scored, budget, grade_seeds, run_nonce, score_seeds, setup_for, write_json
 from .instructions import render
 from .provenance import benchmark_version, default_device, device_class, task_version, torch_minor, versions
 from .sandbox import agent_sandbox, resolve_backend
@@ -154,8 +154,12 @@ def describe_plan(ctx: Context, cfg: DictConfig, window_s: float | None) -> None
         a = rec.anchors
         print(f"anchors     no_info {a.no_info:.4g}   baseline {a.baseline:.4g}   best {a.best:.4g}   "
               f"({rec.match} match, calibrated {rec.raw['provenance']['calibrated_at']})")
-        print(f"train cap   {cap_seconds(ctx.task, ctx.scale, rec):.0f} s per seed "
-              f"({b.cap_factor} x shipped {rec.train_wall_s:.0f} s, at least {b.cap_min_s:.0f} s)")
+        bud = budget(ctx.task, ctx.scale, rec, ctx.threads)
+        if bud.cpu_s is not None:
+            print(f"train cap   {bud.cpu_s:.0f} CPU-s per seed ({bud.source})")
+        else:
+            print(f"train cap   {bud.wall_s:.0f} s per seed "
+                  f"({b.cap_factor} x shipped {rec.train_wall_s:.0f} s, at least {b.cap_min_s:.0f} s)")
     if "agent" in cfg and cfg.agent.get("max_usd") is not None:
         print(f"cost cap    {cfg.agent.max_usd} USD")
 
@@ -166,15 +170,15 @@ def grade_and_record(ctx: Context, cfg: DictConfig, sub: Submission, agent_name:
                      seeds: list[int], timing: dict, cost: dict | None, trajectory: dict | None,
                      started_at: str, seed: int) -> dict:
     rec = ensure_anchors(ctx, cfg)
-    setup = GradeSetup(task=ctx.task, scale=ctx.scale, device=ctx.device, threads=ctx.threads,
-                       backend=ctx.backend, cap_s=cap_seconds(ctx.task, ctx.scale, rec), run_dir=ctx.run_dir,
-                       progress=bool(cfg.progress))
+    setup = setup_for(ctx.task, ctx.scale, ctx.device, ctx.threads, ctx.backend, rec, ctx.run_dir,
+                      progress=bool(cfg.progress), nonce=run_nonce(ctx.run_dir))
     t0 = time.monotonic()
     pristine = ctx.run_dir / ".harness" / "pristine"      # made and verified before the agent phase
     results = grade_seeds(setup, sub, seeds, ctx.run_dir / "grade", pristine if pristine.is_dir() else None)
     scored = score_seeds(ctx.task, results, rec.anchors)
     timing = dict(timing, grade_s=round(time.monotonic() - t0, 2),
-                  train_s=round(sum(r.train_s for r in results), 2), cap_s=round(setup.cap_s, 1))
+                  train_s=round(sum(r.train_s for r in results), 2), cap_s=round(setup.cap_s, 1),
+                  cpu_cap_s=setup.cpu_cap_s, train_cpu_s=round(sum(r.cpu_s or 0.0 for r in results), 2))
     result = build_result(ctx, agent_name, agent_cfg, seeds, seed, scored, results, rec, sub, timing, cost,
                           trajectory, started_at)
     record.validate(result)
@@ -204,7 +208,9 @@ def build_result(ctx: Context, agent_name, agent_cfg, seeds, seed, scored: Score
                                       "selection_metric": next((c["selection_metric"] for c in r.candidates
                                                                 if c.get("name") == r.chosen), None),
                                       "validation_metric": r.validation_metric, "timed_out": r.timed_out,
-                                      "train_s": r.train_s} for r in results]},
+                                      "train_s": r.train_s, "cpu_s": r.cpu_s, "cut": r.cut, "steps": r.steps,
+                                      "training_seed": r.training_seed,
+                                      "host_idle_cores": r.host_idle_cores} for r in results]},
         "submission": sub.summary(),
         "trajectory": trajectory or {"proxy_calls": 0, "first_valid_proxy": None, "best_proxy": None,
                                      "final_proxy": None, "regressed_after_best": None},
@@ -234,6 +240,9 @@ def final_line(result: dict, run_dir: Path) -> str:
     rawtxt = f"{raw['metric']} {raw['mean']:.4f} ± {raw['std']:.4f}" if raw["mean"] is not None else f"{raw['metric']} n/a"
     lo, hi = result["score_interval"] or (math.nan, math.nan)
     note = f" [{result['status']}: {result['reason']}]" if result["reason"] else ""
+    cuts = [f"seed {c['seed']} cut by its CPU cap ({c['cpu_s']:.0f} CPU-s) at step {c['steps']}"
+            for c in result["checkpoints"]["per_seed"] if c.get("cut") == "cpu"]
+    note += f" [{'; '.join(cuts)}]" if cuts else ""
     sb = " [sandbox: none]" if result["sandbox"]["backend"] == "none" else ""
     return (f"{result['task']} | {result['agent']} | {rawtxt} | score {result['score']:.3f} "
             f"[{lo:.3f}, {hi:.3f}] on 0/0.1/1{note}{sb} | {run_dir}")
@@ -298,15 +307,15 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     ws = agent_workspace(ctx.task, run_dir / "workspace")
     home = run_dir / "agent_home"
     (home / "tmp").mkdir(parents=True, exist_ok=True)
-    proxy_setup = GradeSetup(task=ctx.task, scale=ctx.scale, device=ctx.device, threads=ctx.threads,
-                             backend=ctx.backend, cap_s=cap_seconds(ctx.task, ctx.scale, rec), run_dir=run_dir,
-                             progress=False)
+    proxy_setup = setup_for(ctx.task, ctx.scale, ctx.device, ctx.threads, ctx.backend, rec, run_dir, progress=False,
+                            nonce=run_nonce(run_dir))
     t_start = time.time()
     server = ProxyServer(setup=proxy_setup, pristine=pristine, workspace=ws, run_dir=run_dir,
                          validation=rec.validation, deadline=t_start + window_s)
     sock_dir = server.start()
     sb = agent_sandbox(ctx.backend, ws, home, client_bin(run_dir), sock_dir, network=agent_cfg.get("network") is True,
                        threads=ctx.threads, scale=ctx.scale, window_s=window_s, deadline=t_start + window_s)
+    sb.extend_s = lambda: server.credit_s      # the proxy's waits for the device go back to the window
     instructions = render(ctx.task, ctx.scale, window_s, t_start)
     (run_dir / "instructions.md").write_text(instructions)
     say(f"agent phase: window {window_s:.0f} s, sandbox {ctx.backend}")
@@ -319,7 +328,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
         server.stop()
     say(f"agent finished: exit {outcome.exit_code}, {'timed out, ' if outcome.timed_out else ''}{outcome.wall_s:.1f} s, "
         f"{server.calls} proxy call(s)")
-    final = from_workspace(ctx.task, pristine, ws)
+    final = from_workspace(ctx.task, pristine, ws, scale=ctx.scale)
     sub, source = choose_submission(str(cfg.submission), final, server)
     write_submission_record(run_dir, sub, source)
     write_json(run_dir / "agent_outcome.json", {"exit_code": outcome.exit_code, "timed_out": outcome.timed_out,
@@ -366,7 +375,7 @@ def resume_grading(ctx: Context, cfg: DictConfig, run_dir: Path, agent_cfg: dict
     pristine = run_dir / ".harness" / "pristine"
     if not pristine.exists():
         pristine_copy(ctx.task, pristine)
-    sub = from_patch(ctx.task, pristine, (run_dir / "submission.patch").read_text())
+    sub = from_patch(ctx.task, pristine, (run_dir / "submission.patch").read_text(), scale=ctx.scale)
     outcome = json.loads((run_dir / "agent_outcome.json").read_text()) if (run_dir / "agent_outcome.json").exists() else {}
     usage = outcome.get("usage") or {}
     cost = {k: usage.get(k) for k in COST_KEYS} if usage else None
@@ -399,7 +408,7 @@ def grade(cfg: DictConfig, run_dir: Path) -> dict | None:
     pristine = pristine_copy(ctx.task, run_dir / ".harness" / "pristine")
     from .submission import PatchFormatError
     try:
-        sub = from_patch(ctx.task, pristine, text)
+        sub = from_patch(ctx.task, pristine, text, scale=ctx.scale)
     except PatchFormatError as e:
         raise UsageError(f"patch={cfg.patch}: not a unified diff ({e})")
     (run_dir / "submission.patch").write_text(sub.patch)

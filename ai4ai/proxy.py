@@ -22,11 +22,11 @@ from pathlib import Path
 from . import PROJECT_ROOT
 from .console import say
 from .evaluation import run_worker
-from .grade import GradeSetup, build_training_copy, device_lock, eval_spec, run_training, write_json
+from .grade import (GradeSetup, build_training_copy, data_mounts, device_lock, eval_spec, run_training, stage_dir,
+                    training_seed, write_json)
 from .scoring import Anchors, sigma
 from .submission import Submission, from_workspace
 
-PROXY_SEED = 7919                # distinct from every grader and calibration seed
 MAX_REQUEST = 4096
 MAX_CALLS = 1000                 # a flood of calls ends here; each call is still charged to the window
 
@@ -40,6 +40,7 @@ class ProxyServer:
     validation: Anchors | None
     deadline: float                              # time.time() at which the window ends
     calls: int = 0
+    credit_s: float = 0.0                        # lock waits given back to the window (see _score)
     marked: Submission | None = None
     snapshots: list = field(default_factory=list)   # (proxy score or None, Submission) per call
     _sock: socket.socket | None = None
@@ -96,7 +97,7 @@ class ProxyServer:
         if not isinstance(req, dict) or req.get("cmd") not in ("score", "submit", "status"):
             return {"ok": False, "error": "request must be a JSON object with cmd: score | submit | status"}
         if req["cmd"] == "status":
-            return {"ok": True, "seconds_left": round(self.deadline - time.time(), 1), "proxy_calls": self.calls,
+            return {"ok": True, "seconds_left": round(self.seconds_left(), 1), "proxy_calls": self.calls,
                     "marked": self.marked is not None}
         if req["cmd"] == "submit":
             self.marked = self._snapshot()
@@ -110,8 +111,11 @@ class ProxyServer:
             return {"ok": False, "error": f"proxy call limit ({MAX_CALLS}) reached"}
         return self._score()
 
+    def seconds_left(self) -> float:
+        return self.deadline + self.credit_s - time.time()
+
     def _snapshot(self) -> Submission:
-        return from_workspace(self.setup.task, self.pristine, self.workspace)
+        return from_workspace(self.setup.task, self.pristine, self.workspace, scale=self.setup.scale)
 
     def _score(self) -> dict:
         self.calls += 1
@@ -120,11 +124,20 @@ class ProxyServer:
         call_dir = self.run_dir / ".harness" / "proxy" / f"call_{n:04d}"
         call_dir.mkdir(parents=True)
         (call_dir / "submission.patch").write_text(sub.patch)
-        build_training_copy(self.setup.task, sub, call_dir / "train_repo")
+        # The training process must not tell this run from a grading seed: the same sandbox, data
+        # mounts, caps and environment, a seed and folder names drawn the same way (grade.stage_dir).
+        task, setup = self.setup.task, self.setup
+        repo = build_training_copy(task, sub, stage_dir(setup) / "repo")
+        mounts, env = data_mounts(task, setup.scale, PROJECT_ROOT / "outputs" / ".cache")
         say(f"proxy call {n}: training the agent's current code")
-        with device_lock(self.setup.device, self.setup.threads):
-            outcome, ckpts, reason = run_training(self.setup, call_dir / "train_repo", PROXY_SEED, call_dir / "run",
-                                                  [], {}, f"  proxy call {n}")
+        t_wait = time.monotonic()
+        with device_lock(setup.device, setup.threads, priority=True):
+            # Waiting for the device (another grading holds it) is not the agent's doing: the wait
+            # goes back to its window, and the reply says how long it was.
+            waited = time.monotonic() - t_wait
+            self.credit_s += waited
+            outcome, ckpts, reason = run_training(setup, repo, training_seed(setup, f"proxy {n}", n), call_dir / "run",
+                                                  mounts, env, f"  proxy call {n}")
             metric = None
             if reason is None:
                 res = run_worker(eval_spec(self.setup, self.pristine, ckpts, mode="proxy"), call_dir / "eval")
@@ -136,13 +149,13 @@ class ProxyServer:
         self.snapshots.append((score, sub))
         rec = {"event": "proxy", "call": n, "patch_sha256": sub.sha256, "proxy_metric": metric, "proxy_score": score,
                "status": "ok" if reason is None else "invalid", "reason": reason,
-               "duration_s": round(time.monotonic() - t0, 2), "rejected": sub.rejected}
+               "duration_s": round(time.monotonic() - t0, 2), "lock_wait_s": round(waited, 2), "rejected": sub.rejected}
         self._append(rec)
         log = (call_dir / "run" / "train.log")
         tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
         return {"ok": reason is None, "metric": m.name, "proxy_metric": metric, "proxy_score": score,
                 "reason": reason, "train_log_tail": tail, "duration_s": rec["duration_s"],
-                "rejected": sub.rejected, "seconds_left": round(self.deadline - time.time(), 1)}
+                "lock_wait_s": rec["lock_wait_s"], "rejected": sub.rejected, "seconds_left": round(self.seconds_left(), 1)}
 
     def _append(self, rec: dict) -> None:
         rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "elapsed_s": round(time.time() - self.started, 2), **rec}

@@ -137,7 +137,7 @@ def classify_run(run: Run, labels: dict) -> tuple[Classification, str]:
             base = load_task(run.result["task"]).repo
         except TaskError:
             base = PROJECT_ROOT / "repos_frozen" / run.result["task"]
-    return classify_patch(text, base), "auto"
+    return classify_patch(text, base, task=run.result.get("task")), "auto"
 
 
 # --------------------------------------------------------------------------- statistics

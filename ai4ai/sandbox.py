@@ -26,7 +26,7 @@ from typing import Callable
 
 import psutil
 
-from . import PROJECT_ROOT
+from . import PROJECT_ROOT, package_data
 
 KERNELS_DIR = PROJECT_ROOT / "kernels"
 GRACE_S = 10.0
@@ -117,10 +117,97 @@ class Mount:
 @dataclass(frozen=True)
 class Outcome:
     returncode: int | None
-    timed_out: bool
+    timed_out: bool                    # ended by the harness: wall clock, CPU cap or a stop request
     wall_s: float
     killed_stragglers: int = 0
     limit: str | None = None           # set when the phase was ended for breaking a sandbox limit
+    cut: str | None = None             # wall | cpu | stop: what ended it, when the harness did
+    cpu_s: float = 0.0                 # user + system CPU time of the whole tree
+    host_idle_cores: float | None = None   # the host's idle CPUs, averaged over the phase
+    run_delay_s: float = 0.0           # time its threads waited, runnable, for a CPU (load evidence)
+    lowered_priority: bool = False     # it niced itself or chose SCHED_BATCH/SCHED_IDLE
+
+
+def host_cpu_times() -> tuple[float, float] | None:
+    """(idle + iowait seconds summed over the host's CPUs, monotonic time) from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    return (int(fields[4]) + int(fields[5])) / hz, time.monotonic()
+
+
+def idle_cores_since(start: tuple[float, float] | None) -> float | None:
+    end = host_cpu_times()
+    if start is None or end is None or end[1] <= start[1]:
+        return None
+    return round((end[0] - start[0]) / (end[1] - start[1]), 3)
+
+
+class TreeCpu:
+    """CPU time and scheduling of a process tree, read from the host.
+
+    CPU time: every live member's own time plus what it has reaped (a dead, reaped process's time
+    lives on in its parent's `children_*`). A sample can count a child twice if it is reaped
+    between reading it and reading its parent, so a limit acts only when two samples in a row
+    exceed it; the exact figure comes from wait4() on the root once the tree has ended.
+
+    Run delay: time the tree's threads spent runnable but waiting for a CPU (schedstat), the
+    evidence that load, not the tree, kept it from running. `lowered` records a tree that lowered
+    its own priority (nice above the harness's, SCHED_BATCH or SCHED_IDLE): its waiting is its own.
+    """
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.peak = 0.0
+        self.run_delay = 0.0
+        self.lowered = False
+        self._own_nice = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def sample(self) -> tuple[float, int]:
+        """(CPU seconds, processes) of the tree now."""
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root] + root.children(recursive=True)
+        except psutil.NoSuchProcess:
+            return self.peak, 0
+        total, n, delay = 0.0, 0, 0.0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += t.user + t.system + t.children_user + t.children_system
+            n += 1
+            delay += self._threads(p.pid)
+        self.peak = max(self.peak, total)
+        self.run_delay = max(self.run_delay, delay)
+        return total, n
+
+    def _threads(self, pid: int) -> float:
+        """Run delay summed over a process's threads; notes a lowered priority on the way."""
+        out = 0.0
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return 0.0
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    out += int(f.read().split()[1]) / 1e9
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                nice, policy = int(fields[16]), int(fields[38])   # stat fields 19 and 41
+                if nice > self._own_nice or policy in (3, 5):      # SCHED_BATCH, SCHED_IDLE
+                    self.lowered = True
+            except (OSError, IndexError, ValueError):
+                continue
+        return out
+
+    def exact(self, rusage) -> float:
+        return max(self.peak, rusage.ru_utime + rusage.ru_stime) if rusage is not None else self.peak
 
 
 def bwrap_available() -> bool:
@@ -188,6 +275,8 @@ class Sandbox:
     gpu: bool = False
     max_memory_bytes: int | None = None    # RLIMIT_AS of every process of the phase; None: no limit
     max_procs: int | None = MAX_PROCS      # the phase is ended when its tree holds more processes
+    extend_s: Callable[[], float] | None = None   # seconds added to the wall-clock limit while it runs
+    hide_package_data: bool = True     # empty the data folders that installed packages ship
 
     def host(self, inside: str) -> Path:
         """The host path behind an inside path (for the `none` backend and for the harness)."""
@@ -246,6 +335,8 @@ class Sandbox:
             a += ["--ro-bind-try", knob, knob]
         a += ["--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
         binds = [(str(d), str(d), False) for d in _python_dirs()]
+        # datasets shipped inside installed packages are data outside every budget: hidden
+        hide = package_data.bwrap_args(package_data.hidden_paths()) if self.hide_package_data else []
         for m in self.mounts:
             if _under(PROJECT_ROOT, m.host) and not m.host.resolve() == KERNELS_DIR.resolve():
                 raise SandboxError(f"refusing to mount {m.host}: it contains the project root")
@@ -260,8 +351,10 @@ class Sandbox:
                     continue        # exists already, or comes with a bind
                 a += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
-        for host, inside, writable in binds:
+        for i, (host, inside, writable) in enumerate(binds):
             a += ["--bind" if writable else "--ro-bind", host, inside]
+            if i == len(_python_dirs()) - 1:
+                a += hide           # over the interpreter's folders, before the phase's own mounts
         if self.gpu:
             for dev in sorted(Path("/dev").glob("nvidia*")):
                 a += ["--dev-bind", str(dev), str(dev)]
@@ -272,8 +365,9 @@ class Sandbox:
 
     def run(self, command: list[str], cwd_inside: str, timeout_s: float, log_path: Path,
             on_line: Callable[[str], None] | None = None, grace_s: float = GRACE_S,
-            stop: threading.Event | None = None) -> Outcome:
-        """Run `command` until it exits, `timeout_s` passes or `stop` is set; then SIGTERM, SIGKILL after grace.
+            stop: threading.Event | None = None, cpu_limit_s: float | None = None) -> Outcome:
+        """Run `command` until it exits, `timeout_s` passes, its tree has used `cpu_limit_s` CPU
+        seconds or `stop` is set; then SIGTERM, SIGKILL after grace.
 
         Every process the phase started is ended when it returns, including ones that left
         the process group (setsid, double fork). Output goes to `log_path` line by line.
@@ -292,45 +386,73 @@ class Sandbox:
         me = psutil.Process()
         before = {c.pid for c in me.children(recursive=True)}
         t0 = time.monotonic()
+        host0 = host_cpu_times()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = self.argv(command, cwd_inside)
         if self.max_memory_bytes:
             argv = [sys.executable, "-I", "-S", "-c", _LIMITER, str(int(self.max_memory_bytes)), *argv]
-        limit = None
+        limit, cut, rusage = None, None, None
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(argv, cwd=cwd, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             reader = threading.Thread(target=_pump, args=(proc.stdout, log, on_line), daemon=True)
             reader.start()
-            timed_out = False
+            meter = TreeCpu(proc.pid)
             deadline = t0 + timeout_s
-            next_check = t0
-            while proc.poll() is None and time.monotonic() < deadline and not (stop and stop.is_set()):
+            next_check, over = t0, 0
+
+            def reap(block: bool = False) -> bool:
+                nonlocal rusage
+                if proc.returncode is not None:
+                    return True
+                try:
+                    pid, status, ru = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+                except ChildProcessError:
+                    return True
+                if pid == 0:
+                    return False
+                proc.returncode, rusage = os.waitstatus_to_exitcode(status), ru
+                return True
+
+            while not reap():
+                if time.monotonic() >= deadline + (self.extend_s() if self.extend_s else 0.0):
+                    cut = "wall"
+                    break
+                if stop and stop.is_set():
+                    cut = "stop"
+                    break
                 time.sleep(0.05)
-                if self.max_procs and time.monotonic() >= next_check:
+                if time.monotonic() >= next_check:
                     next_check = time.monotonic() + PROC_CHECK_S
-                    if _tree_size(proc.pid) > self.max_procs:
+                    cpu, n = meter.sample()
+                    if self.max_procs and n > self.max_procs:
                         limit = f"more than {self.max_procs} processes at once"
                         break
-            if proc.poll() is None and limit is None:
-                timed_out = True
+                    over = over + 1 if cpu_limit_s is not None and cpu > cpu_limit_s else 0
+                    if over >= 2:
+                        cut = "cpu"
+                        break
+            if proc.returncode is None and limit is None:
                 # bwrap dies on SIGTERM and takes the namespace with it, so under bwrap the grace
                 # signal goes to the processes inside only; SIGKILL to everything follows the grace.
                 _signal_tree(proc.pid, signal.SIGTERM, include_root=self.backend != "bwrap")
-                try:
-                    proc.wait(timeout=grace_s)
-                except subprocess.TimeoutExpired:
-                    pass
+                grace_end = time.monotonic() + grace_s
+                while not reap() and time.monotonic() < grace_end:
+                    meter.sample()
+                    time.sleep(0.05)
             wall = time.monotonic() - t0
+            if proc.returncode is None:
+                meter.sample()
             stragglers = _end_all(proc.pid, me, before)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            deadline = time.monotonic() + 5
+            while not reap() and time.monotonic() < deadline:
+                time.sleep(0.05)
             reader.join(timeout=5)
-        return Outcome(returncode=None if timed_out else proc.returncode, timed_out=timed_out,
-                       wall_s=wall, killed_stragglers=stragglers, limit=limit)
+        return Outcome(returncode=None if cut else proc.returncode, timed_out=cut is not None,
+                       wall_s=wall, killed_stragglers=stragglers, limit=limit, cut=cut,
+                       cpu_s=round(meter.exact(rusage), 3), host_idle_cores=idle_cores_since(host0),
+                       run_delay_s=round(meter.run_delay, 3), lowered_priority=meter.lowered)
 
 
 def agent_sandbox(backend: str, workspace: Path, home: Path, bin_dir: Path, sock_dir: Path, *, network: bool,
@@ -349,13 +471,6 @@ def agent_sandbox(backend: str, workspace: Path, home: Path, bin_dir: Path, sock
                PATH=sb.path("/opt/ai4ai/bin") + ":" + env["PATH"])
     sb.env = env
     return sb
-
-
-def _tree_size(pid: int) -> int:
-    try:
-        return 1 + len(psutil.Process(pid).children(recursive=True))
-    except psutil.NoSuchProcess:
-        return 0
 
 
 def _pump(stream, log, on_line) -> None:

@@ -7,13 +7,16 @@ reason; rejected files are listed and never applied.
 from __future__ import annotations
 
 import ast
+import difflib
 import errno
 import hashlib
 import io
+import lzma
 import os
 import re
 import stat
 import tokenize
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +27,28 @@ MAX_STRING_LITERAL = 4_096        # characters in one str/bytes literal
 MAX_NUMBER_LITERAL = 40           # characters in one numeric literal
 MAX_CONSTANT_DISPLAY = 256        # constant elements in one list/tuple/set/dict display
 MAX_LISTED = 100
+
+# The information budget: what the added text of a whole patch may carry, however it is spelled.
+# A patch is code; a model trained beforehand is not. The budget is the compressed size of the
+# added text (the pristine sources as a preset dictionary, so text copied from the repo is
+# nearly free), at least INFO_FLOOR_BYTES and otherwise INFO_FRACTION of the model's fp16 size
+# at the scale being graded. The floor is about 7x the largest shipped example (1.2 KB measured
+# this way) so that a verbose honest patch fits; at ci and smoke it is what applies for every task
+# (0.08 bits a parameter of pruning's 806k-parameter model, whose mask would need ~1 bit each).
+# The fraction only matters at full scale, where MAX_PATCH_BYTES binds first for most tasks.
+INFO_FLOOR_BYTES = 8_192
+INFO_FRACTION = 0.005
+# High-entropy content in literals and comments, summed over the patch, each with a small
+# allowance: a couple of hashes or keys pass, an encoded tensor does not.
+BASE64_RUN = 32                   # a run this long of [A-Za-z0-9+], with 3+ each of upper, lower, digit
+BASE64_ALLOWANCE = 128            # characters of such runs per patch
+HEX_RUN = 32
+HEX_ALLOWANCE = 256               # four sha256 digests
+DIGIT_RUN = 16
+DIGIT_ALLOWANCE = 64
+MAX_NUMBERS = 256                 # numeric constants added (code, comments and strings); examples: 38 at most
+LONG_LITERAL = 256                # a string literal (not a docstring) this long counts as long
+LONG_LITERAL_ALLOWANCE = 4_096    # characters of long literals per patch: one at MAX_STRING_LITERAL
 SKIP_DIRS = {".git", "__pycache__", ".ipynb_checkpoints"}
 HARNESS_FILES = {"INSTRUCTIONS.md"}     # written into the workspace by the harness itself
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_.\-/]+$")
@@ -203,10 +228,185 @@ def check_literals(source: str) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------- information budget
+
+# Runs are looked for in all added text, code included: a payload spelled as identifiers, or
+# kept in a .py file that is read as text rather than imported, is a payload all the same.
+# "/", "-" and "_" split a run: URLs and paths are made of them, and a base64 payload of either
+# alphabet still leaves most of its characters in runs of 32 or more.
+_RUN = re.compile(r"[A-Za-z0-9+]{%d,}=*" % BASE64_RUN)
+_HEX = re.compile(r"[0-9a-fA-F]{%d,}" % HEX_RUN)
+_DIGITS = re.compile(r"[0-9]{%d,}" % DIGIT_RUN)
+# a number written in a comment or string: 3, -0.5, 1e-3, .25 (not the 2 of "v2" or "x2")
+_NUMBER_IN_TEXT = re.compile(r"(?<![\w.])[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?(?![\w.])")
+
+
+def _is_base64_run(run: str) -> bool:
+    # Encoded bytes mix all three classes; identifiers, paths and words almost never do at
+    # this length (checked against the sources of torch, transformers, numpy and scipy).
+    return (sum(c.isupper() for c in run) >= 3 and sum(c.islower() for c in run) >= 3
+            and sum(c.isdigit() for c in run) >= 3)
+
+
+def _is_hex_run(run: str) -> bool:
+    return any(c.isdigit() for c in run) and any(c.isalpha() for c in run)
+
+
+@dataclass
+class _Added:
+    """What one file's added lines carry, by kind, with the first line where each kind is seen."""
+    text: str = ""
+    base64: int = 0
+    hex: int = 0
+    digits: int = 0
+    numbers: int = 0
+    long_literals: int = 0
+    first: dict = field(default_factory=dict)
+
+    def note(self, kind: str, amount: int, line: int) -> None:
+        if amount:
+            setattr(self, kind, getattr(self, kind) + amount)
+            self.first.setdefault(kind, line)
+
+
+def _added_lines(old: str | None, new: str) -> list[int]:
+    """1-based numbers of the lines of `new` that the diff adds."""
+    out = []
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, _lines(old or ""), _lines(new),
+                                                     autojunk=False).get_opcodes():
+        if tag in ("replace", "insert"):
+            out += range(j1 + 1, j2 + 1)
+    return out
+
+
+def _docstring_lines(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                out.add(first.lineno)
+    return out
+
+
+def measure_added(rel: str, old: str | None, new: str) -> _Added:
+    """Measure the added lines of one file: their text and the high-entropy content in them."""
+    added = _added_lines(old, new)
+    lines = _lines(new)
+    m = _Added(text="".join(lines[n - 1] for n in added))
+    for n in added:
+        line = lines[n - 1]
+        for run in _RUN.findall(line):
+            if _is_base64_run(run):
+                m.note("base64", len(run), n)
+        m.note("hex", sum(len(r) for r in _HEX.findall(line) if _is_hex_run(r)), n)
+        m.note("digits", sum(len(r) for r in _DIGITS.findall(line)), n)
+    tokens = None
+    if rel.endswith(".py"):
+        try:
+            tree = ast.parse(new)
+            tokens = list(tokenize.generate_tokens(io.StringIO(new).readline))
+        except (tokenize.TokenError, IndentationError, SyntaxError, ValueError):
+            tokens = None
+    if tokens is None:
+        # Not Python, or Python that does not parse (perhaps a file read as data): every
+        # number in its added text counts.
+        for n in added:
+            m.note("numbers", len(_NUMBER_IN_TEXT.findall(lines[n - 1])), n)
+        return m
+    wanted, docs = set(added), _docstring_lines(tree)
+    for tok in tokens:
+        if not wanted.intersection(range(tok.start[0], tok.end[0] + 1)):
+            continue
+        if tok.type == tokenize.NUMBER:
+            m.note("numbers", 1, tok.start[0])
+        elif tok.type in (tokenize.STRING, tokenize.COMMENT):
+            m.note("numbers", len(_NUMBER_IN_TEXT.findall(tok.string)), tok.start[0])
+            if tok.type == tokenize.STRING and len(tok.string) > LONG_LITERAL and tok.start[0] not in docs:
+                m.note("long_literals", len(tok.string), tok.start[0])
+    return m
+
+
+def information_budget(task: Task, scale: str | None = None) -> tuple[int, str]:
+    """(bytes, how they were sized): the compressed added text one patch may carry at `scale`;
+    with no scale, the strictest of the task's scales."""
+    names = [scale] if scale else sorted(task.scales)
+    best = None
+    for s in names:
+        n = task.scale(s).n_params
+        b = max(INFO_FLOOR_BYTES, int(INFO_FRACTION * 2 * n))
+        if best is None or b < best[0]:
+            best = (b, f"scale {s}: the larger of {INFO_FLOOR_BYTES:,} bytes and {INFO_FRACTION:.0%} "
+                       f"of the {n:,}-parameter model at 2 bytes a parameter")
+    return best
+
+
+def _preset(pristine: Path, task: Task) -> bytes:
+    """The pristine sources as a compression dictionary (zlib uses its last 32 KiB), the
+    editable files last, so that code copied or adapted from the repo costs little."""
+    srcs = sorted((p for p in pristine.rglob("*.py") if not any(s in p.parts for s in SKIP_DIRS)),
+                  key=lambda p: (task.is_editable(str(p.relative_to(pristine))), str(p)))
+    return b"".join(p.read_bytes() for p in srcs)[-32_768:]
+
+
+def compressed_size(data: bytes, preset: bytes = b"") -> int:
+    """The smaller of raw deflate (with `preset` as its dictionary) and raw LZMA2: the best
+    estimate at hand of the information in `data`."""
+    if not data:
+        return 0
+    z = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, *([preset] if preset else []))
+    deflated = len(z.compress(data) + z.flush())
+    xz = len(lzma.compress(data, format=lzma.FORMAT_RAW,
+                           # a patch is at most a few hundred KB: a 1 MiB window sees all of it, and
+                           # allocating preset 9's 64 MiB for every file would cost 0.2 s each
+                           filters=[{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME,
+                                     "dict_size": 1 << 20}]))
+    return min(deflated, xz)
+
+
+_KINDS = (  # kind, allowance over the whole patch, what the reason calls it
+    ("base64", BASE64_ALLOWANCE, f"characters of base64-like runs ({BASE64_RUN}+ characters)"),
+    ("hex", HEX_ALLOWANCE, f"characters of hex runs ({HEX_RUN}+ digits)"),
+    ("digits", DIGIT_ALLOWANCE, f"characters of digit runs ({DIGIT_RUN}+ digits)"),
+    ("numbers", MAX_NUMBERS, "numeric constants"),
+    ("long_literals", LONG_LITERAL_ALLOWANCE, f"characters of string literals over {LONG_LITERAL} characters"),
+)
+
+
+def check_information(task: Task, pristine: Path, texts: dict, scale: str | None = None) -> dict:
+    """{rel: reason} for the files of a patch that carry more than code: texts is {rel: (old, new)}.
+
+    Each kind of high-entropy content is summed over the patch (spreading it over files gains
+    nothing) and every file that holds some of a kind over its allowance is rejected. The
+    compressed size is a property of the whole patch, so over it every file is rejected.
+    """
+    measured = {rel: measure_added(rel, old, new) for rel, (old, new) in sorted(texts.items()) if new is not None}
+    reasons: dict[str, list[str]] = {}
+    for kind, allowance, what in _KINDS:
+        total = sum(getattr(m, kind) for m in measured.values())
+        if total <= allowance:
+            continue
+        for rel, m in measured.items():
+            if getattr(m, kind):
+                reasons.setdefault(rel, []).append(
+                    f"{getattr(m, kind):,} {what} from line {m.first[kind]} ({total:,} in the patch, "
+                    f"allowance {allowance:,})")
+    preset = _preset(pristine, task)
+    total = compressed_size("".join(m.text for m in measured.values()).encode(), preset)
+    limit, how = information_budget(task, scale)
+    if total > limit:
+        for rel, m in measured.items():
+            reasons.setdefault(rel, []).append(
+                f"the patch's added text compresses to {total:,} bytes, over the information budget of "
+                f"{limit:,} ({how}); this file's added text alone: {compressed_size(m.text.encode(), preset):,}")
+    return {rel: "; ".join(r) for rel, r in reasons.items()}
+
+
 # --------------------------------------------------------------------------- building one
 
-def _finish(task: Task, pristine: Path, changes: dict, rejected: dict) -> Submission:
-    files, diffs = {}, []
+def _finish(task: Task, pristine: Path, changes: dict, rejected: dict, scale: str | None = None) -> Submission:
+    kept = {}
     for rel in sorted(changes):
         new = changes[rel]
         reason = check_path(task, rel)
@@ -218,11 +418,13 @@ def _finish(task: Task, pristine: Path, changes: dict, rejected: dict) -> Submis
         old_path = pristine / rel
         old = old_path.read_text() if old_path.is_file() else None
         text = new.decode("utf-8") if new is not None else None
-        if old == text:
-            continue
-        files[rel] = text
-        diffs.append(unified_diff(rel, old, text))
-    patch = "".join(diffs)
+        if old != text:
+            kept[rel] = (old, text)
+    for rel, reason in check_information(task, pristine, kept, scale).items():
+        rejected[rel] = reason
+        del kept[rel]
+    files = {rel: text for rel, (_, text) in kept.items()}
+    patch = "".join(unified_diff(rel, old, text) for rel, (old, text) in kept.items())
     if len(patch.encode()) > MAX_PATCH_BYTES:
         for rel in files:
             rejected[rel] = f"whole patch is {len(patch.encode())} bytes (limit {MAX_PATCH_BYTES})"
@@ -271,11 +473,12 @@ def _read_regular(name: str, dir_fd: int, limit: int, pristine: Path) -> tuple[s
     return ("too large" if len(data) > limit else None), data, len(data)
 
 
-def from_workspace(task: Task, pristine: Path, workspace: Path) -> Submission:
+def from_workspace(task: Task, pristine: Path, workspace: Path, scale: str | None = None) -> Submission:
     """Diff the workspace against the pristine copy; nothing in the workspace is executed.
 
     The walk goes by directory descriptors (os.fwalk) and never follows a symlink, even one
-    swapped in while it runs.
+    swapped in while it runs. `scale` sizes the information budget (check_information); with
+    none, the strictest of the task's scales applies.
     """
     changes, rejected = {}, {}
     seen = set()
@@ -316,11 +519,12 @@ def from_workspace(task: Task, pristine: Path, workspace: Path) -> Submission:
         rel = str(p.relative_to(pristine))
         if p.is_file() and rel not in seen and not any(s in p.parts for s in SKIP_DIRS):
             changes[rel] = None
-    return _finish(task, pristine, changes, rejected)
+    return _finish(task, pristine, changes, rejected, scale)
 
 
-def from_patch(task: Task, pristine: Path, patch_text: str) -> Submission:
-    """Read a unified diff (e.g. examples/<task>/*.patch) against the pristine copy."""
+def from_patch(task: Task, pristine: Path, patch_text: str, scale: str | None = None) -> Submission:
+    """Read a unified diff (e.g. examples/<task>/*.patch) against the pristine copy; `scale` as in
+    from_workspace."""
     changes, rejected = {}, {}
     for old, new, hunks in parse_patch(patch_text):
         rel = new if new is not None else old
@@ -344,7 +548,7 @@ def from_patch(task: Task, pristine: Path, patch_text: str) -> Submission:
     if len(patch_text.encode()) > MAX_PATCH_BYTES:
         rejected.update({rel: f"patch file is {len(patch_text.encode())} bytes (limit {MAX_PATCH_BYTES})" for rel in changes})
         changes = {}
-    return _finish(task, pristine, changes, rejected)
+    return _finish(task, pristine, changes, rejected, scale)
 
 
 def apply(sub: Submission, dest: Path) -> None:

@@ -29,6 +29,9 @@ class ScaleBudget:
     grader_seeds: tuple[int, ...]
     calibration_seeds: tuple[int, ...]
     threads: int
+    # Parameters of the model the task trains at this scale: the patch filter sizes its
+    # information budget against it (tests/test_task.py rebuilds each model to keep it true).
+    n_params: int
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ def parse_task(raw: Any, where: str) -> Task:
                                 cap_min_s=float(b["cap_min_s"]), default_cap_s=float(b["default_cap_s"]),
                                 grader_seeds=tuple(int(x) for x in b["grader_seeds"]),
                                 calibration_seeds=tuple(int(x) for x in b["calibration_seeds"]),
-                                threads=int(b["threads"]))
+                                threads=int(b["threads"]), n_params=int(b["n_params"]))
         if len(scales[s].calibration_seeds) < 5:
             raise TaskError(f"{where}: scales.{s}.calibration_seeds needs at least 5 seeds")
         if set(scales[s].calibration_seeds) & set(scales[s].grader_seeds):

@@ -66,3 +66,28 @@ def test_one_thread_gradings_do_not_overtake_a_waiting_whole_host_one(monkeypatc
     t = {(n, e): s for n, e, s in log}
     assert t[(1, "in")] < t[(2, "in")] and t[(1, "in")] < t[(3, "in")]
     assert _most_at_once(log) <= 2
+
+
+def _holder_p(device, threads, hold_s, log, name, priority):
+    with grade.device_lock(device, threads, priority=priority):
+        log.append((name, "in", time.monotonic()))
+        time.sleep(hold_s)
+        log.append((name, "out", time.monotonic()))
+
+
+def test_a_proxy_call_goes_before_waiting_gradings(monkeypatch, tmp_path):
+    """A running agent's proxy call (priority) that arrives while two gradings wait for the device
+    takes it as soon as the current holder leaves, before either of them."""
+    monkeypatch.setattr(grade, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(grade.os, "cpu_count", lambda: 2)
+    log = []
+    jobs = [("cpu", 2, 0.8, False), ("cpu", 2, 0.3, False), ("cpu", 1, 0.3, False), ("cpu", 2, 0.3, True)]
+    ts = [threading.Thread(target=_holder_p, args=(*j[:3], log, i, j[3])) for i, j in enumerate(jobs)]
+    for t in ts:
+        t.start()
+        time.sleep(0.1)
+    for t in ts:
+        t.join(timeout=30)
+    t = {(n, e): s for n, e, s in log}
+    assert t[(3, "in")] < t[(1, "in")] and t[(3, "in")] < t[(2, "in")], log
+    assert _most_at_once(log) == 1

@@ -1,9 +1,12 @@
 import os
+import shutil
 
 import pytest
 
-from ai4ai.submission import (MAX_PATCH_BYTES, PatchFormatError, apply, from_patch, from_workspace,
-                              parse_patch, unified_diff)
+from ai4ai import PROJECT_ROOT
+from ai4ai.submission import (INFO_FLOOR_BYTES, INFO_FRACTION, MAX_PATCH_BYTES, PatchFormatError, apply,
+                              from_patch, from_workspace, information_budget, parse_patch, unified_diff)
+from ai4ai.task import list_tasks, load_task
 
 from .conftest import example
 
@@ -64,7 +67,8 @@ def test_binary_is_rejected(optimizer_task, repo_copy):
 
 
 def test_oversized_patch_rejects_everything(optimizer_task, repo_copy):
-    lines = "".join(f"X{i} = {i}\n" for i in range(MAX_PATCH_BYTES // 8))
+    # repetitive text: within the information budget, so the size cap is what rejects it
+    lines = "x = y  # the same line again\n" * (MAX_PATCH_BYTES // 20)
     (repo_copy / "algorithm" / "big.py").write_text(lines)
     (repo_copy / "optim.py").write_text((repo_copy / "optim.py").read_text() + "\n# small change\n")
     sub = _sub(optimizer_task, optimizer_task.repo, repo_copy)
@@ -119,3 +123,81 @@ def test_examples_apply_cleanly(optimizer_task, name):
 
 def test_unified_diff_of_identical_text_is_empty():
     assert unified_diff("a.py", "x\n", "x\n") == ""
+
+
+# --------------------------------------------------------------------------- information budget
+
+EXAMPLES = sorted((PROJECT_ROOT / "examples").glob("*/*.patch"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("scale", [None, "ci", "smoke", "full"])
+def test_every_example_is_within_the_information_budget(path, scale):
+    """The budget is sized so that honest patches pass: every shipped example, at every scale and
+    at the strictest (no scale named)."""
+    task = load_task(path.parent.name)
+    sub = from_patch(task, task.repo, path.read_text(), scale=scale)
+    assert sub.files and not sub.rejected, sub.rejected
+
+
+def test_information_budget_is_sized_per_scale_against_the_model():
+    task = load_task("pruning")
+    floor = information_budget(load_task("distillation"), "ci")[0]
+    assert floor == INFO_FLOOR_BYTES                        # a 14k-parameter model: the floor
+    full = information_budget(task, "full")[0]
+    assert full == int(INFO_FRACTION * 2 * task.scale("full").n_params) > information_budget(task, "ci")[0]
+    assert information_budget(task)[0] == min(information_budget(task, s)[0] for s in task.scales)
+
+
+def test_a_rejection_names_the_file_the_kind_and_the_line(optimizer_task, repo_copy):
+    (repo_copy / "algorithm" / "notes.py").write_text("X = 1\n# " + "xy12QZ34" * 40 + "\n")
+    (repo_copy / "optim.py").write_text((repo_copy / "optim.py").read_text() + "\n# tuned later\n")
+    sub = _sub(optimizer_task, optimizer_task.repo, repo_copy)
+    assert list(sub.files) == ["optim.py"]
+    assert sub.rejected == {"algorithm/notes.py": "320 characters of base64-like runs (32+ characters) from "
+                                                  "line 2 (320 in the patch, allowance 128)"}
+
+
+def test_only_added_text_counts(optimizer_task, repo_copy):
+    """Editing a file counts what the edit adds, not the file: a file holding many constants
+    already may be changed by one line."""
+    p = repo_copy / "algorithm" / "consts.py"
+    p.write_text("".join(f"C{i} = {i}\n" for i in range(200)))
+    first = _sub(optimizer_task, optimizer_task.repo, repo_copy)
+    assert "algorithm/consts.py" in first.files
+    base = repo_copy.parent / "base"
+    shutil.copytree(repo_copy, base)
+    p.write_text(p.read_text() + "".join(f"D{i} = {i}\n" for i in range(100)))
+    assert "algorithm/consts.py" in _sub(optimizer_task, base, repo_copy).files     # 100 added
+    assert "numeric constants" in _sub(optimizer_task, optimizer_task.repo, repo_copy).rejected["algorithm/consts.py"]
+
+
+COUNT_PARAMS = """
+import json, sys
+from pathlib import Path
+out = {}
+for name, repo in json.loads(sys.argv[1]).items():
+    sys.path.insert(0, repo)
+    from model import build_model
+    out[name] = {s: sum(p.numel() for p in build_model(s).parameters()) for s in ("ci", "smoke", "full")}
+    sys.path.remove(repo)
+    for mod in [m for m, v in sys.modules.items() if str(getattr(v, "__file__", "") or "").startswith(repo)]:
+        del sys.modules[mod]        # the next repo has its own model, config, data modules
+print(json.dumps(out))
+"""
+
+
+def test_declared_parameter_counts_match_the_models():
+    """n_params in each task's scales (what the budget is sized against) is what the repo's
+    build_model(scale) builds: rebuilt here so the declaration cannot go stale."""
+    import json
+    import subprocess
+    import sys
+    tasks = {t: load_task(t) for t in list_tasks()}
+    r = subprocess.run([sys.executable, "-c", COUNT_PARAMS, json.dumps({t: str(v.repo) for t, v in tasks.items()})],
+                       capture_output=True, text=True, timeout=600,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    built = json.loads(r.stdout.splitlines()[-1])
+    declared = {t: {s: b.n_params for s, b in v.scales.items()} for t, v in tasks.items()}
+    assert declared == built

@@ -1,0 +1,92 @@
+"""Route: the number moving with the machine's load. At the metered scales compute is capped in CPU
+time of the training tree (which load does not change); the wall clock is only a liveness net, and
+a seed it cuts is an `error` (retried) when load starved it, `invalid` when the tree chose not to
+run. Tried with real processes on the real training sandbox, with the host saturated on purpose."""
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from ai4ai.grade import EnvironmentFault, build_training_copy, grade_seeds, run_training
+from ai4ai.submission import from_patch
+
+from .conftest import grade_setup, needs_bwrap, run_py, train_py_patch, training_sandbox
+
+BURN = "import time as _t\n_t0 = _t.process_time()\nwhile _t.process_time() - _t0 < {s}:\n    pass\n"
+
+
+@pytest.fixture
+def saturated_host():
+    """Three busy processes outside any sandbox: a 2-core host with no idle capacity."""
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    yield
+    for p in spin:
+        p.kill()
+        p.wait()
+
+
+def _train(tmp_path, task, pristine, code, wall_s, cpu_s):
+    sub = from_patch(task, pristine, train_py_patch(task, "order = torch.Generator", code))
+    repo = build_training_copy(task, sub, tmp_path / "train_repo")
+    setup = replace(grade_setup(tmp_path, task, wall_s), cpu_cap_s=cpu_s)
+    return run_training(setup, repo, 0, tmp_path / "seed_0", [], {}, "probe")
+
+
+@needs_bwrap
+def test_cpu_cap_counts_the_whole_tree_and_binds_before_the_wall(tmp_path, task):
+    """Compute outside the budget: a root that does nothing while forked workers burn CPU. Gains
+    nothing: the tree's CPU time (children included) reaches the cap and ends it, long before the
+    wall clock would have."""
+    sb, _, _ = training_sandbox(tmp_path, task)
+    script = ("import multiprocessing as mp, time\n"
+              "def burn():\n    while True: pass\n"
+              "ps = [mp.Process(target=burn) for _ in range(2)]\n[p.start() for p in ps]\n"
+              "print('workers up', flush=True)\ntime.sleep(600)\n")
+    log = tmp_path / "log.txt"
+    out = sb.run([sys.executable, "-c", script], "/repo", 120, log, grace_s=1.0, cpu_limit_s=4.0)
+    assert out.cut == "cpu" and out.timed_out, out
+    assert 4.0 <= out.cpu_s < 4.0 + 2 * (1.0 + 1.0), out       # the cap plus at most the grace on 2 cores
+    assert out.wall_s < 60, out
+
+
+@needs_bwrap
+def test_starved_training_is_an_error_not_a_lower_score(tmp_path, task, pristine, saturated_host):
+    """Load: a training that needs more CPU than a saturated host gives it within the liveness net.
+    Gains nothing and loses nothing: not graded on what it managed to write, but an `error` that
+    says the machine was loaded (retried on rerun)."""
+    with pytest.raises(EnvironmentFault, match="too loaded"):
+        _train(tmp_path, task, pristine, BURN.format(s=60), wall_s=8, cpu_s=500)
+    sub = from_patch(task, pristine, train_py_patch(task, "order = torch.Generator", BURN.format(s=60)))
+    setup = replace(grade_setup(tmp_path, task, 8), cpu_cap_s=500)
+    [r] = grade_seeds(setup, sub, [0], tmp_path / "grade")
+    assert r.status == "error" and "too loaded" in r.reason and r.raw is None, r
+
+
+@needs_bwrap
+def test_sleeping_past_the_liveness_net_is_invalid(tmp_path, task, pristine):
+    """Escaping a bad score through `error`: a training that sleeps until the liveness net cuts it.
+    Gains nothing: it was not waiting for a CPU, so the seed is `invalid`, never retried."""
+    outcome, _, reason = _train(tmp_path, task, pristine, "import time as _t\n_t.sleep(300)\n", wall_s=30, cpu_s=500)
+    assert outcome.cut == "wall" and reason and reason.startswith("idle past the liveness net"), (outcome, reason)
+
+
+@needs_bwrap
+def test_lowering_its_own_priority_on_a_loaded_host_is_invalid(tmp_path, task, pristine, saturated_host):
+    """The same escape on a loaded host: nice 19, so that load starves it and the cut looks like the
+    machine's fault. Gains nothing: a tree that lowered its own priority owns its waiting."""
+    code = "import os as _os\n_os.nice(19)\n" + BURN.format(s=60)
+    outcome, _, reason = _train(tmp_path, task, pristine, code, wall_s=30, cpu_s=500)
+    assert outcome.lowered_priority and reason and "lowered its own scheduling priority" in reason, (outcome, reason)
+
+
+@needs_bwrap
+def test_training_past_its_cpu_cap_keeps_what_it_wrote(tmp_path, task, pristine):
+    """The CPU cap is the budget, like the wall clock at full: a run that keeps computing after its
+    last checkpoint is ended at the cap and its checkpoints count (graded, cut recorded)."""
+    code = ("from checkpoint import save_checkpoint as _save\n_save(model, args.out, 1)\n" + BURN.format(s=600))
+    outcome, ckpts, reason = _train(tmp_path, task, pristine, code, wall_s=300, cpu_s=25)
+    assert outcome.cut == "cpu" and reason is None and [c.name for c in ckpts] == ["ckpt_00000001.safetensors"]
+    sb, _, _ = training_sandbox(tmp_path / "env", task)
+    _, log = run_py(sb, tmp_path, "import os; print(os.environ.get('OMP_WAIT_POLICY'))", "/repo")
+    assert log.strip() == "PASSIVE"
