@@ -178,3 +178,19 @@ def test_the_agent_knows_its_time(tmp_path, monkeypatch):
     assert out.returncode == 0 and 295 <= int(out.stdout) <= 300
     out = subprocess.run([sys.executable, str(exe)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     assert out.returncode == 2 and "AI4AI_DEADLINE" in out.stderr
+    # with the harness reachable, its count wins (the window grows by the proxy's waits for the device)
+    import socket as so
+    srv = so.socket(so.AF_UNIX)
+    srv.bind(str(tmp_path / "p.sock"))
+    srv.listen(1)
+
+    def answer():
+        c, _ = srv.accept()
+        c.recv(100)
+        c.sendall(b'{"ok": true, "seconds_left": 42.7, "proxy_calls": 0}\n')
+        c.close()
+    threading.Thread(target=answer, daemon=True).start()
+    out = subprocess.run([sys.executable, str(exe)], env=dict(env, AI4AI_PROXY_SOCKET=str(tmp_path / "p.sock")),
+                         capture_output=True, text=True)
+    srv.close()
+    assert out.returncode == 0 and out.stdout.strip() == "42"
