@@ -37,8 +37,9 @@ def render(task: Task, scale: str, window_s: float, started: float | None = None
         f"# Task: {task.name} ({task.family})\n\n{task.description}\n",
         f"Scale: {scale}. Your window is {window_s:.0f} seconds ({window_s / 60:.1f} minutes) of wall clock and "
         f"ends at {deadline} (Unix time {int(started + window_s)}); at the deadline your processes are ended and "
-        f"the editable files are taken as your submission. Run `ai4ai-time` in a shell at any time: it prints the "
-        f"seconds left. Plan your proxy calls so that the last one finishes before the deadline.\n",
+        f"the editable files are taken as your submission. Time your proxy calls spend waiting for the device is "
+        f"added back to the window; run `ai4ai-time` in a shell at any time: it prints the seconds left, counting "
+        f"that. Plan your proxy calls so that the last one finishes before the deadline.\n",
         f"Goal: improve the training algorithm so that the trained model scores better on the hidden "
         f"metric ({task.metric.name}, {'higher' if task.metric.direction == 'max' else 'lower'} is better).\n",
         RULES.format(editable=editable),
