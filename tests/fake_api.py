@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import threading
 import time
@@ -229,10 +230,12 @@ class Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------ OpenAI Responses
     def _openai(self, req, entry, tools):
         fake = self.fake
-        items = req.get("input") or []
-        step = sum(1 for it in items if isinstance(it, dict)
-                   and it.get("type") in ("function_call_output", "custom_tool_call_output"))
+        items = [it for it in req.get("input") or [] if isinstance(it, dict)]
+        # a step is a command issued; polls of a command still running (write_stdin) are not
+        step = sum(1 for it in items if it.get("type") == "function_call" and it.get("name") != "write_stdin")
         entry["step"] = step
+        outputs = [it for it in items if it.get("type") in ("function_call_output", "custom_tool_call_output")]
+        running = re.search(r"Process running with session ID (\d+)", str(outputs[-1].get("output"))) if outputs else None
         if self._maybe_429(entry):
             return
         entry["status"] = 200
@@ -240,11 +243,16 @@ class Handler(BaseHTTPRequestHandler):
         usage = openai_usage(step, big=fake.mode == "cap")
         cmd = fake.command_for(step)
         rid = "resp_" + uuid.uuid4().hex[:20]
-        if cmd is not None:
+        if running and "write_stdin" in tools:
+            # codex's exec_command yields after at most 30 s with a session to poll (a proxy call
+            # trains for longer): wait for it, as a model would
+            item = {"type": "function_call", "id": "fc_" + uuid.uuid4().hex[:20], "call_id": "call_" + uuid.uuid4().hex[:20],
+                    "name": "write_stdin", "arguments": json.dumps({"session_id": int(running.group(1)), "chars": "",
+                                                                    "yield_time_ms": 300000}),
+                    "status": "completed"}
+        elif cmd is not None:
             if "exec_command" in tools:
-                # wait for the command (a proxy call trains for a while) instead of codex's
-                # default of yielding after ~10 s with a session to poll
-                name, args = "exec_command", {"cmd": cmd, "yield_time_ms": 300000}
+                name, args = "exec_command", {"cmd": cmd, "yield_time_ms": 30000}
             elif "shell_command" in tools:
                 name, args = "shell_command", {"command": cmd}
             else:
