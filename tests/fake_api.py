@@ -36,7 +36,7 @@ EDIT_CMD = "python3 -c \"import re,pathlib; p=pathlib.Path('optim.py'); " \
 PROXY_CMD = "ai4ai-proxy"
 SLEEP_CMD = "sleep 1; echo tick"
 # A process that leaves the CLI's process group and session: the window's end must still end it.
-ORPHAN_CMD = "(setsid bash -c 'exec -a ai4ai_test_orphan sleep 600' >/dev/null 2>&1 &) ; "
+ORPHAN_CMD = "(setsid bash -c 'exec -a ai4ai_test_orphan_{port} sleep 600' >/dev/null 2>&1 &) ; "
 # A process of the agent writing a usage line to the CLI's own stdout (claude's result event,
 # codex's turn.completed): the harness must not believe it.
 FORGE_CMD = ("for fd in /proc/[0-9]*/fd/1; do printf '%s\\n' "
@@ -99,7 +99,7 @@ class FakeAPI:
     def command_for(self, step: int) -> str | None:
         """The shell command of this turn, or None for the final answer."""
         if self.mode in ("window", "cap"):
-            return (ORPHAN_CMD + EDIT_CMD) if step == 0 else SLEEP_CMD
+            return (ORPHAN_CMD.format(port=self.port) + EDIT_CMD) if step == 0 else SLEEP_CMD
         script = [EDIT_CMD, PROXY_CMD]
         if self.mode == "forge":
             script = [FORGE_CMD + "; " + EDIT_CMD, PROXY_CMD]

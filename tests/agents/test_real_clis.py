@@ -88,8 +88,9 @@ def _ctx(tmp_path: Path, cfg: dict, window_s: float) -> AgentContext:
                         log_path=tmp_path / "agent.log", config=cfg, pristine=ws)
 
 
-def _orphans() -> list:
-    return [p for p in psutil.process_iter(["cmdline"]) if "ai4ai_test_orphan" in " ".join(p.info["cmdline"] or [])]
+def _orphans(api: FakeAPI) -> list:
+    name = f"ai4ai_test_orphan_{api.port}"        # this session's own, not another run's
+    return [p for p in psutil.process_iter(["cmdline"]) if name in " ".join(p.info["cmdline"] or [])]
 
 
 @pytest.mark.parametrize("kind", ["claude", "codex"])
@@ -105,7 +106,7 @@ def test_window_ends_the_session_and_its_cost_is_all_counted(tmp_path, fake, mon
     assert_cost_matches(out.usage, api, cfg["prices"])
     assert "LR = 4e-3" in (tmp_path / "ws" / "optim.py").read_text()
     time.sleep(0.5)
-    assert _orphans() == []                           # the setsid child went with the window
+    assert _orphans(api) == []                           # the setsid child went with the window
     assert_no_key(tmp_path)
 
 
