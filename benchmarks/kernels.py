@@ -360,7 +360,7 @@ def adamw_rows(device, K, scale, layers, warmup, reps, use_compile, tol):
     init = [torch.randn(s, generator=g) * 0.02 for s in shapes]
     grads = [torch.randn(s, generator=g) * 1e-3 for s in shapes]
     n = sum(p.numel() for p in init)
-    shape = f"params={n / 1e6:.1f}M"
+    shape = f"params={n / 1e6:.3g}M"
     kw = dict(lr=1e-3, weight_decay=0.1)
     makers = {"torch": lambda ps: torch.optim.AdamW(ps, foreach=True, **kw), "ours": lambda ps: K.FusedAdamW(ps, **kw)}
     if device == "cuda":
