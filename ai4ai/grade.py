@@ -306,11 +306,12 @@ def _refusal(fd: int, limit: int | None) -> str | None:
     if limit is not None and st.st_size > limit:
         return f"{st.st_size} bytes, more than the model's parameters need ({limit})"
     try:       # a hole anywhere: the file claims more than it holds
-        if st.st_size and os.lseek(fd, 0, os.SEEK_HOLE) < st.st_size:
-            return "a sparse file"
+        hole = os.lseek(fd, 0, os.SEEK_HOLE) if st.st_size else 0
     except OSError:
-        pass
-    return None
+        hole = st.st_size
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)       # SEEK_HOLE moved the offset: the copy reads from the start
+    return "a sparse file" if hole < st.st_size else None
 
 
 def snapshot_checkpoints(out: Path, dest: Path, max_bytes: int | None = None,

@@ -26,10 +26,11 @@ def test_sparse_and_oversized_checkpoints_are_refused_before_any_copy(tmp_path, 
     with open(out / "ckpt_00000009.safetensors", "wb") as f:      # 2 GiB that hold nothing
         f.truncate(2 << 30)
     (out / "ckpt_00000008.safetensors").write_bytes(os.urandom(1 << 20) * 2)   # dense, too big at ci
-    (out / "ckpt_00000007.safetensors").write_bytes(b"x" * 100)
+    honest = os.urandom(1000)
+    (out / "ckpt_00000007.safetensors").write_bytes(honest)
     refused = {}
     taken = snapshot_checkpoints(out, tmp_path / "checkpoints", checkpoint_limit(task, "ci"), refused)
-    assert [t.name for t in taken] == ["ckpt_00000007.safetensors"]
+    assert [t.name for t in taken] == ["ckpt_00000007.safetensors"] and taken[0].read_bytes() == honest
     assert "ckpt_00000009.safetensors" in refused and "ckpt_00000008.safetensors" in refused, refused
     assert "more than the model's parameters need" in refused["ckpt_00000008.safetensors"]
     assert _du(tmp_path / "checkpoints") < 1 << 20
