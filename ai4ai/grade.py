@@ -26,7 +26,7 @@ from pathlib import Path
 from . import PROJECT_ROOT
 from . import anchors as anchor_store
 from .console import TrainingBar, say
-from .evaluation import CKPT_RE, EvalSpec, run_worker
+from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD, EvalSpec, run_worker
 from .hidden import load_grader
 from .provenance import UNVERSIONED, python_executable, tree_sha256
 from .sandbox import KERNELS_DIR, Mount, Sandbox, default_memory_limit
@@ -269,34 +269,92 @@ def _entry_argv(task: Task, sb: Sandbox, seed: int, scale: str, cap_s: float, de
                    "--budget-s", f"{cap_s:.0f}", "--device", device]
 
 
-def snapshot_checkpoints(out: Path, dest: Path) -> list[Path]:
+MAX_META_BYTES = 64 << 10        # a metadata file larger than this is not copied (the reader ignores it too)
+MAX_OUT_FILES = 1024             # entries a training run may leave in its output folder
+
+
+def checkpoint_limit(task: Task, scale: str) -> int:
+    """Largest checkpoint file the harness copies: the model's fp32 parameters plus header slack
+    (the strict loader refuses any other size later; this bounds the copy itself)."""
+    return task.scale(scale).n_params * 4 + MAX_CKPT_OVERHEAD
+
+
+def out_guard(out: Path, max_bytes: int, max_files: int = MAX_OUT_FILES):
+    """A check for Sandbox.run's watch: what the run has written so far, bounded before any copy."""
+    def check() -> str | None:
+        n, size = 0, 0
+        for root, dirs, files in os.walk(out):
+            for name in dirs + files:
+                n += 1
+                if n > max_files:
+                    return f"more than {max_files} files in its output folder"
+                try:
+                    st = os.lstat(os.path.join(root, name))
+                except OSError:
+                    continue
+                size += st.st_blocks * 512     # space it takes: a sparse file costs what it holds
+                if size > max_bytes:
+                    return f"more than {max_bytes >> 20} MiB in its output folder"
+        return None
+    return check
+
+
+def _refusal(fd: int, limit: int | None) -> str | None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if limit is not None and st.st_size > limit:
+        return f"{st.st_size} bytes, more than the model's parameters need ({limit})"
+    try:       # a hole anywhere: the file claims more than it holds
+        hole = os.lseek(fd, 0, os.SEEK_HOLE) if st.st_size else 0
+    except OSError:
+        hole = st.st_size
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)       # SEEK_HOLE moved the offset: the copy reads from the start
+    return "a sparse file" if hole < st.st_size else None
+
+
+def snapshot_checkpoints(out: Path, dest: Path, max_bytes: int | None = None,
+                         refused: dict | None = None) -> list[Path]:
     """Copy the last 3 checkpoints (by step in the name) out of the training folder.
 
     Only regular files are taken (no symlinks followed), so nothing the run leaves behind
-    can change what is evaluated afterwards.
+    can change what is evaluated afterwards. Each is checked before any byte is copied: a
+    checkpoint over `max_bytes` or with holes (sparse) is refused, and so is its metadata over
+    MAX_META_BYTES; refusals go to `refused` (name -> reason).
     """
     dest.mkdir(parents=True, exist_ok=True)
+    refused = {} if refused is None else refused
     found = []
-    for p in out.iterdir() if out.exists() else []:
-        m = CKPT_RE.match(p.name)
-        if m:
-            st = os.lstat(p)
-            if stat.S_ISREG(st.st_mode):
-                found.append((int(m.group(1)), p))
+    try:
+        entries = list(os.scandir(out)) if out.exists() else []
+    except OSError:
+        entries = []
+    if len(entries) > MAX_OUT_FILES:
+        refused["*"] = f"more than {MAX_OUT_FILES} entries in the output folder"
+        return []
+    for e in entries:
+        m = CKPT_RE.match(e.name)
+        if m and e.is_file(follow_symlinks=False):
+            found.append((int(m.group(1)), out / e.name))
     taken = []
     for _, p in sorted(found)[-MAX_CKPT_FILES:]:
-        for src in (p, p.with_suffix(".json")):
+        for src, limit in ((p, max_bytes), (p.with_suffix(".json"), MAX_META_BYTES)):
             try:   # O_NONBLOCK: a FIFO planted under a checkpoint's name must not hang the harness
                 fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError:
                 continue
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            why = _refusal(fd, limit)
+            if why is not None:
                 os.close(fd)
+                if src == p or why != "not a regular file":
+                    refused[src.name] = why
                 continue
             os.set_blocking(fd, True)
             with os.fdopen(fd, "rb") as fin, open(dest / src.name, "wb") as fout:
                 shutil.copyfileobj(fin, fout)
-        taken.append(dest / p.name)
+        if (dest / p.name).exists():
+            taken.append(dest / p.name)
     return taken
 
 
@@ -341,13 +399,19 @@ def run_training(setup: GradeSetup, train_repo: Path, seed: int, seed_dir: Path,
     sb = training_sandbox(setup, train_repo, stage, extra_mounts, extra_env)
     bar = TrainingBar(label, setup.progress)
     seed_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_bytes = checkpoint_limit(setup.task, setup.scale)
+    # room for every checkpoint a run might keep and their metadata, plus logs and caches
+    sb.watch = out_guard(stage / "out", 64 * ckpt_bytes + (256 << 20))
     outcome = sb.run(_entry_argv(setup.task, sb, seed, setup.scale, setup.cap_s, setup.device), "/repo",
                      setup.cap_s, seed_dir / "train.log", on_line=bar.on_line, cpu_limit_s=setup.cpu_cap_s)
     bar.close()
     for part in ("out", "home"):
         (stage / part).rename(seed_dir / part)
     stage.rmdir()
-    ckpts = snapshot_checkpoints(seed_dir / "out", seed_dir / "checkpoints")
+    refused: dict = {}
+    ckpts = snapshot_checkpoints(seed_dir / "out", seed_dir / "checkpoints", ckpt_bytes, refused)
+    if refused:
+        write_json(seed_dir / "refused.json", refused)
     reason = None
     if outcome.limit:
         reason = f"training ended by the sandbox: {outcome.limit}"
@@ -364,6 +428,8 @@ def run_training(setup: GradeSetup, train_repo: Path, seed: int, seed_dir: Path,
                                    f"{'unknown' if idle is None else f'{idle:.2f} cores'}): the machine was too loaded")
     elif not outcome.timed_out and outcome.returncode != 0:
         reason = f"training exited with code {outcome.returncode}: {_log_tail(seed_dir / 'train.log')}"
+    elif not ckpts and refused:
+        reason = "no checkpoint could be taken: " + "; ".join(f"{k}: {v}" for k, v in list(refused.items())[:3])
     elif not ckpts:
         reason = {"cpu": "CPU budget spent with no checkpoint", "wall": "timed out with no checkpoint"}.get(
             outcome.cut, "training wrote no checkpoint")

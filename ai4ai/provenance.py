@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import sys
 from pathlib import Path
+
+import yaml
 
 from . import PROJECT_ROOT, __version__
 
@@ -26,23 +29,55 @@ def tree_sha256(root: Path, skip: set[str] = frozenset()) -> str:
     return h.hexdigest()
 
 
-def benchmark_version() -> str:
-    """Hash of repos_frozen/, grader_hidden/ (minus anchors), conf/task/ and the shared kernels."""
+def kernels_sha256() -> str:
+    """The kernel modules (what a submission imports), not their README."""
     h = hashlib.sha256()
-    for name in ("repos_frozen", "grader_hidden", "conf/task", "kernels"):
+    for p in sorted((PROJECT_ROOT / "kernels").glob("*.py")):
+        h.update(p.name.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def benchmark_version() -> str:
+    """Hash of repos_frozen/, grader_hidden/ (minus anchors), conf/task/ and the kernel modules."""
+    h = hashlib.sha256()
+    for name in ("repos_frozen", "grader_hidden", "conf/task"):
         h.update(name.encode() + tree_sha256(PROJECT_ROOT / name, UNVERSIONED).encode())
+    h.update(b"kernels" + kernels_sha256().encode())
     return h.hexdigest()[:16]
 
 
+# Task-config keys that cannot change a grading of the shipped algorithm: the prose, and the patch
+# filter's allowance basis (it decides which submissions are accepted, not what the anchors measure).
+UNMEASURED_KEYS = ("description",)
+UNMEASURED_SCALE_KEYS = ("n_params",)
+
+
+def task_config_sha256(path: Path) -> str:
+    """The task config as parsed (comments and unmeasured keys aside), canonically serialised."""
+    cfg = yaml.safe_load(Path(path).read_text()) or {}
+    for k in UNMEASURED_KEYS:
+        cfg.pop(k, None)
+    for b in (cfg.get("scales") or {}).values():
+        for k in UNMEASURED_SCALE_KEYS:
+            (b or {}).pop(k, None)
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _mentions(root: Path, needle: bytes) -> bool:
+    return any(needle in p.read_bytes() for p in Path(root).rglob("*.py") if p.is_file())
+
+
 def task_version(task) -> str:
-    """Hash of what one task's numbers depend on: its repo, its hidden grader (minus anchors), its
-    config and the shared kernels. Anchors are keyed by it, so adding or editing another task
-    does not invalidate this task's anchors (the global benchmark version still stamps results)."""
+    """Hash of what one task's anchors depend on: its repo, its hidden grader (minus anchors), its
+    config (minus the keys above) and, only if its repo or grader imports them, the kernel modules.
+    Anchors are keyed by it, so editing another task, a kernel the shipped algorithm does not use or
+    a README does not invalidate them (the global benchmark version still stamps every result)."""
     h = hashlib.sha256()
     h.update(b"repo" + tree_sha256(task.repo).encode())
     h.update(b"grader" + tree_sha256(task.grader, UNVERSIONED).encode())
-    h.update(b"config" + hashlib.sha256((PROJECT_ROOT / "conf" / "task" / f"{task.name}.yaml").read_bytes()).digest())
-    h.update(b"kernels" + tree_sha256(PROJECT_ROOT / "kernels", UNVERSIONED).encode())
+    h.update(b"config" + task_config_sha256(PROJECT_ROOT / "conf" / "task" / f"{task.name}.yaml").encode())
+    if _mentions(task.repo, b"ai4ai_kernels") or _mentions(task.grader, b"ai4ai_kernels"):
+        h.update(b"kernels" + kernels_sha256().encode())
     return h.hexdigest()[:16]
 
 

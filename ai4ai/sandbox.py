@@ -34,6 +34,8 @@ GRACE_S = 10.0
 # not used: it counts every process of the user (and nothing at all for root), not the phase's.
 MAX_PROCS = int(os.environ.get("AI4AI_MAX_PROCS", "1024"))
 PROC_CHECK_S = 0.25
+WATCH_S = 1.0
+MAX_LOG_BYTES = int(os.environ.get("AI4AI_MAX_LOG_BYTES", str(8 << 20)))
 
 # Applies RLIMIT_AS to itself, then execs the phase (bwrap or the command): every process of the
 # phase inherits it. A trampoline rather than preexec_fn, which is unsafe in a threaded harness.
@@ -277,6 +279,8 @@ class Sandbox:
     max_procs: int | None = MAX_PROCS      # the phase is ended when its tree holds more processes
     extend_s: Callable[[], float] | None = None   # seconds added to the wall-clock limit while it runs
     hide_package_data: bool = True     # empty the data folders that installed packages ship
+    watch: Callable[[], str | None] | None = None   # polled each second: a message ends the phase (a limit)
+    max_log_bytes: int = MAX_LOG_BYTES     # the log is truncated past this, with a marker
 
     def host(self, inside: str) -> Path:
         """The host path behind an inside path (for the `none` backend and for the harness)."""
@@ -396,11 +400,11 @@ class Sandbox:
             proc = subprocess.Popen(argv, cwd=cwd, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-            reader = threading.Thread(target=_pump, args=(proc.stdout, log, on_line), daemon=True)
+            reader = threading.Thread(target=_pump, args=(proc.stdout, log, on_line, self.max_log_bytes), daemon=True)
             reader.start()
             meter = TreeCpu(proc.pid)
             deadline = t0 + timeout_s
-            next_check, over = t0, 0
+            next_check, next_watch, over = t0, t0 + WATCH_S, 0
 
             def reap(block: bool = False) -> bool:
                 nonlocal rusage
@@ -432,6 +436,11 @@ class Sandbox:
                     over = over + 1 if cpu_limit_s is not None and cpu > cpu_limit_s else 0
                     if over >= 2:
                         cut = "cpu"
+                        break
+                if self.watch is not None and time.monotonic() >= next_watch:
+                    next_watch = time.monotonic() + WATCH_S
+                    limit = self.watch()
+                    if limit:
                         break
             if proc.returncode is None and limit is None:
                 # bwrap dies on SIGTERM and takes the namespace with it, so under bwrap the grace
@@ -473,13 +482,21 @@ def agent_sandbox(backend: str, workspace: Path, home: Path, bin_dir: Path, sock
     return sb
 
 
-def _pump(stream, log, on_line) -> None:
-    for raw in iter(stream.readline, b""):
-        log.write(raw)
-        log.flush()
+def _pump(stream, log, on_line, max_bytes: int = MAX_LOG_BYTES) -> None:
+    """Copy the phase's output to its log, up to `max_bytes` (then a marker); keep draining the
+    pipe so the phase never blocks on a full one."""
+    written = 0
+    for raw in iter(lambda: stream.readline(65536), b""):   # bounded: a line without an end is read in pieces
+        if written < max_bytes:
+            chunk = raw[:max_bytes - written]
+            log.write(chunk)
+            written += len(chunk)
+            if written >= max_bytes:
+                log.write(f"\n[ai4ai: log truncated at {max_bytes} bytes; the rest was discarded]\n".encode())
+            log.flush()
         if on_line is not None:
             try:
-                on_line(raw.decode("utf-8", "replace").rstrip("\n"))
+                on_line(raw[:65536].decode("utf-8", "replace").rstrip("\n"))
             except Exception:  # a progress callback must never break the phase
                 pass
     stream.close()

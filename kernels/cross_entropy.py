@@ -19,7 +19,7 @@ from ._dispatch import row_block, row_warps, tl, triton, use_triton
 def cross_entropy_reference(logits, target, ignore_index=-100, label_smoothing=0.0, reduction="mean", z_loss_weight=0.0):
     """Plain-torch cross-entropy with the same contract as `cross_entropy` (loss in fp32)."""
     z = logits.float().reshape(-1, logits.shape[-1])
-    y = target.reshape(-1)
+    y = target.reshape(-1).long()  # F.cross_entropy takes int64 (or uint8) only; the kernel takes any int
     loss = F.cross_entropy(z, y, ignore_index=ignore_index, reduction="none", label_smoothing=label_smoothing)
     valid = y != ignore_index
     if z_loss_weight:
@@ -29,6 +29,20 @@ def cross_entropy_reference(logits, target, ignore_index=-100, label_smoothing=0
     if reduction == "sum":
         return loss.sum()
     return loss.sum() / valid.sum()
+
+
+def check_targets(target, n_classes, ignore_index):
+    """Refuse what torch refuses: non-integer targets, and targets outside [0, n_classes) that
+    are not ignore_index (the kernels' row loads are not bounds-checked, so such a target would
+    read a neighbouring row and return a finite, wrong loss). Returns the targets as the
+    kernels read them: int32 or int64, as given; other integer types widened to int64."""
+    if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
+        raise TypeError(f"target must be an integer tensor of class indices, got {target.dtype}")
+    bad = (target != ignore_index) & ((target < 0) | (target >= n_classes))
+    if bad.any():  # one host sync per call: the price of an error instead of a silent wrong loss
+        value = target[bad].reshape(-1)[0].item()
+        raise IndexError(f"target {value} is out of bounds: classes are [0, {n_classes}) and ignore_index is {ignore_index}")
+    return target if target.dtype in (torch.int32, torch.int64) else target.long()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,6 +199,7 @@ def cross_entropy(logits, target, *, ignore_index=-100, label_smoothing=0.0, red
     """
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be mean, sum or none, got {reduction!r}")
+    target = check_targets(target, logits.shape[-1], ignore_index)
     if not use_triton(logits, target):
         return cross_entropy_reference(logits, target, ignore_index, label_smoothing, reduction, z_loss_weight)
     return CrossEntropyFunction.apply(logits, target, ignore_index, label_smoothing, reduction, z_loss_weight)

@@ -28,7 +28,13 @@ def kl_div_reference(student_logits, teacher_logits, direction="forward", temper
         return per_row
     if reduction == "sum":
         return per_row.sum()
-    return per_row.sum() / max(1, per_row.numel())
+    return per_row.sum() / batch_size(student_logits.shape)
+
+
+def batch_size(shape):
+    """What "batchmean" divides by, for logits of this shape: torch's input.size(0), the batch
+    of a (B, ..., V) input (not the number of rows B*T); a single row (V,) is a batch of one."""
+    return max(1, shape[0]) if len(shape) > 1 else 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,7 +136,7 @@ class KLDivFunction(torch.autograd.Function):
             return kl.reshape(student_logits.shape[:-1])
         if reduction == "sum":
             return kl.sum()
-        return kl.sum() / max(1, n_rows)
+        return kl.sum() / batch_size(student_logits.shape)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -141,7 +147,7 @@ class KLDivFunction(torch.autograd.Function):
         ds = torch.empty_like(s) if grad_s_needed else None
         dt = torch.empty_like(t) if grad_t_needed else None
         g = grad_out.reshape(-1).contiguous()
-        scale = 1.0 / max(1, n_rows) if reduction == "batchmean" else 1.0
+        scale = 1.0 / batch_size(s_shape) if reduction == "batchmean" else 1.0  # d(sum / B)/d row = 1 / B
         block = row_block(n_cols)
         if n_rows and (grad_s_needed or grad_t_needed):
             _kl_bwd_kernel[(n_rows,)](
@@ -156,8 +162,9 @@ def kl_div(student_logits, teacher_logits, *, direction="forward", temperature=1
     """KL divergence between softmax(teacher_logits / T) and softmax(student_logits / T), fp32.
 
     direction: "forward" = KL(teacher || student) (classic distillation), "reverse" =
-    KL(student || teacher). Both inputs (..., V). reduction: "batchmean" (sum over rows /
-    rows), "sum", or "none" (per row, shape (...)). No T^2 factor is applied. Gradients flow
+    KL(student || teacher). Both inputs (..., V). reduction: "batchmean" (sum over all rows
+    / input.size(0), as torch.nn.functional.kl_div: for (B, T, V) that is per sequence, not
+    per token), "sum", or "none" (per row, shape (...)). No T^2 factor is applied. Gradients flow
     to whichever input requires grad (usually only the student).
     """
     if direction not in ("forward", "reverse"):

@@ -9,6 +9,7 @@ log-sum-exp and writes g * (onehot(target) - softmax) / T.
 import torch
 
 from ._dispatch import row_block, row_warps, tl, triton, use_triton
+from .cross_entropy import check_targets
 
 # ---------------------------------------------------------------------------------------------
 # torch reference
@@ -19,7 +20,7 @@ def token_logprobs_reference(logits, target, temperature=1.0, ignore_index=-100)
     """Plain torch: log_softmax over the last dim, gathered at `target`; 0 where ignored; fp32."""
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     valid = target != ignore_index
-    picked = logp.gather(-1, torch.where(valid, target, 0).unsqueeze(-1)).squeeze(-1)
+    picked = logp.gather(-1, torch.where(valid, target, 0).long().unsqueeze(-1)).squeeze(-1)  # gather wants int64
     return picked * valid
 
 
@@ -104,6 +105,7 @@ def token_logprobs(logits, target, *, temperature=1.0, ignore_index=-100):
     Returns fp32 of target's shape; positions where target == ignore_index give 0 (and no
     gradient). Differentiable w.r.t. logits; memory is O(rows), not O(rows * V).
     """
+    target = check_targets(target, logits.shape[-1], ignore_index)
     if not use_triton(logits, target):
         return token_logprobs_reference(logits, target, temperature, ignore_index)
     return TokenLogprobsFunction.apply(logits, target, temperature, ignore_index)

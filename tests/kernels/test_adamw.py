@@ -14,9 +14,9 @@ def _params(dtype=torch.float32):
 def _set_grads(groups_of_params, k):
     gen = torch.Generator().manual_seed(k)
     for i, p in enumerate(groups_of_params[0]):
-        g = torch.randn(p.shape, generator=gen) * (i + 1)
+        g = torch.randn(p.shape, generator=gen, device="cpu") * (i + 1)  # a CPU generator on any test device
         for params in groups_of_params:
-            params[i].grad = g.to(params[i].dtype)
+            params[i].grad = g.to(params[i].device, params[i].dtype)
 
 
 def test_matches_torch_adamw_over_steps():

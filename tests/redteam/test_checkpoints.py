@@ -105,8 +105,9 @@ def test_snapshot_takes_three_regular_files_and_never_blocks(tmp_path):
     taken = snapshot_checkpoints(out, tmp_path / "checkpoints")
     assert [t.name for t in taken] == ["ckpt_00000005.safetensors", "ckpt_99999990.safetensors",
                                        "ckpt_99999991.safetensors"]
+    # the 200 KB metadata file is not copied at all (over MAX_META_BYTES; the reader would ignore it)
     assert sorted(x.name for x in (tmp_path / "checkpoints").iterdir()) == [
-        "ckpt_00000005.safetensors", "ckpt_99999990.json", "ckpt_99999990.safetensors", "ckpt_99999991.safetensors"]
+        "ckpt_00000005.safetensors", "ckpt_99999990.safetensors", "ckpt_99999991.safetensors"]
     assert all(not x.is_symlink() for x in (tmp_path / "checkpoints").iterdir())
 
 

@@ -1,0 +1,55 @@
+"""The task version keys the anchors: it moves with what the shipped algorithm's grading depends on,
+and with nothing else."""
+import shutil
+
+import pytest
+
+from ai4ai import provenance
+from ai4ai.task import load_task
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A copy of the parts of the project a task version reads, with PROJECT_ROOT pointing at it."""
+    root = tmp_path / "p"
+    for d in ("repos_frozen/optimizer", "grader_hidden/optimizer", "kernels"):
+        shutil.copytree(provenance.PROJECT_ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "conf" / "task").mkdir(parents=True)
+    shutil.copy(provenance.PROJECT_ROOT / "conf/task/optimizer.yaml", root / "conf/task/optimizer.yaml")
+    monkeypatch.setattr(provenance, "PROJECT_ROOT", root)
+    task = load_task("optimizer")
+
+    class T:
+        name, repo, grader = task.name, root / "repos_frozen/optimizer", root / "grader_hidden/optimizer"
+    return root, T
+
+
+def test_version_ignores_prose_allowances_and_unused_kernels(project):
+    root, task = project
+    v = provenance.task_version(task)
+    cfg = root / "conf/task/optimizer.yaml"
+    cfg.write_text(cfg.read_text().replace("description: >-", "description: >-\n  Reworded.")
+                   .replace("n_params:", "n_params: 1 #", 1) + "\n# a comment\n")
+    (root / "kernels" / "README.md").write_text("rewritten")
+    (root / "kernels" / "adamw.py").write_text("# changed\n")        # no optimizer file imports the kernels
+    (root / "grader_hidden/optimizer/anchors.yaml").write_text("records: []\n")
+    assert provenance.task_version(task) == v
+    assert provenance.benchmark_version() != ""
+
+
+@pytest.mark.parametrize("change", ["repo", "grader", "config", "kernel_used"])
+def test_version_moves_with_what_grading_depends_on(project, change):
+    root, task = project
+    v = provenance.task_version(task)
+    if change == "repo":
+        (root / "repos_frozen/optimizer/model.py").write_text("# changed\n")
+    elif change == "grader":
+        (root / "grader_hidden/optimizer/grader.py").write_text("# changed\n")
+    elif change == "config":
+        cfg = root / "conf/task/optimizer.yaml"
+        cfg.write_text(cfg.read_text().replace("threads: 2", "threads: 1", 1))
+    else:
+        (root / "repos_frozen/optimizer/train.py").write_text("import ai4ai_kernels\n")
+        v = provenance.task_version(task)
+        (root / "kernels" / "adamw.py").write_text("# changed\n")
+    assert provenance.task_version(task) != v
