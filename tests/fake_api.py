@@ -198,7 +198,9 @@ class Handler(BaseHTTPRequestHandler):
         cmd = fake.command_for(step) if main else None
         if cmd is not None:
             block = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:20], "name": "Bash", "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps({"command": cmd, "description": "step"})}
+            # Bash's own default timeout is 2 minutes; a proxy call on a loaded machine takes longer
+            delta = {"type": "input_json_delta",
+                     "partial_json": json.dumps({"command": cmd, "description": "step", "timeout": 600000})}
             stop = "tool_use"
         else:
             block = {"type": "text", "text": ""}

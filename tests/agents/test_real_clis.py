@@ -174,8 +174,9 @@ def test_full_run_edits_scores_and_is_graded(compose_cfg, tmp_path, fake, monkey
     _, key_env, path = KINDS[kind]
     api = fake("forge")
     monkeypatch.setenv(key_env, KEY)
+    # a longer window than ci's 120 s: on a loaded machine one proxy call alone can take that long
     cfg = compose_cfg("config", ["task=optimizer", "scale=ci", f"agent={kind}", f"agent.executable={real_cli(kind)}",
-                                 f"agent.base_url={api.base}{path}"])
+                                 f"agent.base_url={api.base}{path}", "task.scales.ci.window_s=480"])
     run_dir = tmp_path / "run"
     pipeline.run(cfg, run_dir)
     r = json.loads((run_dir / "result.json").read_text())
