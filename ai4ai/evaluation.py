@@ -1,6 +1,7 @@
 """Selection and hidden evaluation, in a separate process that imports only pristine code.
 
-The parent writes a spec (JSON) and runs `python -m ai4ai.evaluation SPEC OUT` with its bytecode
+The parent writes a spec (JSON) and runs `ai4ai.evaluation.main([SPEC, OUT])` in a fresh interpreter (its own
+copy of the harness, see _BOOT) with its bytecode
 redirected to a harness-private cache (outputs/.cache/eval-pycache) that no sandbox mounts, so
 no planted .pyc is ever read, and the libraries' bytecode is reused across gradings (compiling
 torch and transformers from source each time cost ~7 s per seed). The worker builds the model from the pristine repo copy, loads each
