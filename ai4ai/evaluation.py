@@ -125,6 +125,10 @@ def load_strict(model, path: Path, digest: dict | None = None):
             tensors = {k: f.get_tensor(k) for k in keys}
     except SafetensorError as e:
         raise InvalidCheckpoint(f"{path.name}: not a readable safetensors file ({e})") from None
+    except InvalidCheckpoint:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever else the loader trips on is in the submission's bytes
+        raise InvalidCheckpoint(f"{path.name}: not a readable safetensors file ({type(e).__name__})") from None
     h = hashlib.sha256()
     with torch.no_grad():
         for k, p in sorted(params.items()):
