@@ -21,9 +21,9 @@ from ai4ai.submission import from_patch
 from .conftest import CI, grade_setup, needs_bwrap, train_py_patch, write_patch
 from .test_checkpoints import _params
 
-# Training that writes three untrained checkpoints, each with a metadata file `META` (a Python
-# expression evaluated in train.py), then exits before any training: real checkpoints from the
-# submission's own training run, at the cost of a start-up.
+# Training that runs `prepare`, writes three untrained checkpoints, each with a metadata file whose
+# text is the Python expression `meta`, and exits before the loop: real checkpoints from the
+# submission's own training run in the sandbox, at the cost of a start-up.
 WRITE_AND_EXIT = '''
 from checkpoint import save_checkpoint as _save
 import pathlib as _pl
