@@ -106,13 +106,7 @@ def hydra_run_dir() -> Path:
 def estimate_calibration_s(ctx: Context) -> tuple[float, bool]:
     """Rough time of a calibration: from any earlier record of this task and scale, else the cap."""
     b = ctx.task.scale(ctx.scale)
-    path = anchor_store.anchors_path(ctx.task.grader)
-    walls = []
-    if path.exists():
-        import yaml
-        for r in (yaml.safe_load(path.read_text()) or {}).get("records", []):
-            if r["key"]["task"] == ctx.task.name and r["key"]["scale"] == ctx.scale:
-                walls.append(float(r["train_wall_s"]["mean"]))
+    walls = anchor_store.train_walls(ctx.task.grader, ctx.task.name, ctx.scale)
     per_seed = (max(walls) if walls else b.default_cap_s) + 15
     return per_seed * len(b.calibration_seeds), bool(walls)
 
