@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import PROJECT_ROOT
 from . import anchors as anchor_store
-from .console import TrainingBar, say
+from .console import TrainingBar, printable, say
 from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD, EvalSpec, WorkerError, run_worker
 from .hidden import load_grader
 from .provenance import UNVERSIONED, python_executable, tree_sha256
@@ -472,11 +472,6 @@ def _log_tail(path: Path, n: int = 300) -> str:
         return ""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return printable(lines[-1] if lines else "")[-n:]
-
-
-def printable(text: str) -> str:
-    """Text from a submission, safe for a terminal and a log: control characters escaped."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: Path,

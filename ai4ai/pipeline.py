@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from . import SCHEMA
+from . import CONF_DIR, SCHEMA
 from . import agents as agent_kinds
 from . import anchors as anchor_store
 from . import record
@@ -29,7 +29,6 @@ from .submission import Submission, from_patch, from_workspace
 from .task import Task, TaskError, load_task, parse_task
 from .workspace import agent_workspace, pristine_copy
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
 class UsageError(SystemExit):

@@ -34,11 +34,10 @@ import numpy as np
 import yaml
 from omegaconf import DictConfig
 
-from . import PROJECT_ROOT
+from . import CONF_DIR, PROJECT_ROOT
 from .classify import LABELS, Classification, classify_patch
 from .record import config_sha
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 NO_SANDBOX_MARK = "†"
 
 
