@@ -29,7 +29,6 @@ from .scoring import phi
 from .submission import Submission
 
 
-
 def empty_submission() -> Submission:
     return Submission(files={}, rejected={}, patch="", lines_added=0, lines_removed=0)
 

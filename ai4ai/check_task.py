@@ -32,7 +32,6 @@ TOY_LEVEL = 0.8             # no known method may reach this
 EVAL_NOISE_MAX = 0.01       # the test split's own sampling noise, in sigma
 
 
-
 @dataclass
 class Report:
     lines: list

@@ -30,6 +30,10 @@ from .task import Task, TaskError, load_task, parse_task
 from .workspace import agent_workspace, pristine_copy
 
 
+# agent.network: none; api_only (no network, only the egress proxy to agent.api_hosts, which the
+# coding-agent CLIs set up in agents/cli.py); open (the host network)
+NETWORK_MODES = ("none", "api_only", "open")
+
 
 class UsageError(SystemExit):
     """A bad request from the user: printed as one clear line, exit status 2."""
@@ -189,7 +193,7 @@ def grade_and_record(ctx: Context, cfg: DictConfig, sub: Submission, agent_name:
 
 def build_result(ctx: Context, agent_name, agent_cfg, seeds, seed, scored: Scored, results, rec, sub, timing,
                  cost, trajectory, started_at) -> dict:
-    network = "open" if agent_cfg.get("network") is True else str(agent_cfg.get("network") or "none")
+    network = agent_cfg.get("network") or "none"
     m = ctx.task.metric
     return {
         "schema": SCHEMA, "benchmark_version": ctx.version, "task": ctx.task.name, "family": ctx.task.family,
@@ -264,6 +268,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
         mod = agent_kinds.get(agent_cfg["kind"])
     except ValueError as e:
         raise UsageError(str(e))
+    if agent_cfg.get("network", "none") not in NETWORK_MODES:
+        raise UsageError(f"agent.network={agent_cfg['network']!r}: use none, api_only or open")
     ctx = context(cfg, run_dir, paid=bool(agent_cfg.get("paid")))
     window_s = ctx.task.scale(ctx.scale).window_s
     if cfg.dry_run:
@@ -317,7 +323,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     server = ProxyServer(setup=proxy_setup, pristine=pristine, workspace=ws, run_dir=run_dir,
                          validation=rec.validation, deadline=t_start + window_s)
     sock_dir = server.start()
-    sb = agent_sandbox(ctx.backend, ws, home, client_bin(run_dir), sock_dir, network=agent_cfg.get("network") is True,
+    sb = agent_sandbox(ctx.backend, ws, home, client_bin(run_dir), sock_dir, network=agent_cfg.get("network") == "open",
                        threads=ctx.threads, scale=ctx.scale, window_s=window_s, deadline=t_start + window_s)
     sb.extend_s = lambda: server.credit_s      # the proxy's waits for the device go back to the window
     instructions = render(ctx.task, ctx.scale, window_s, t_start)
