@@ -83,11 +83,19 @@ def find(grader_dir: Path, key: Key) -> Record | None:
                   train_cpu_s=float(r["train_cpu_s"]["max"]) if r.get("train_cpu_s") else None)
 
 
+def train_walls(grader_dir: Path, task: str, scale: str) -> list[float]:
+    """Mean shipped training wall time of every record of this task and scale, on any key."""
+    return [float(r["train_wall_s"]["mean"]) for r in _records(anchors_path(grader_dir))
+            if r["key"]["task"] == task and r["key"]["scale"] == scale]
+
+
 def store(grader_dir: Path, record: dict) -> Path:
     """Add or replace the record with the same key; safe against concurrent writers."""
     path = anchors_path(grader_dir)
+    # The lock file stays: unlinking it would let a writer that opened the old file and one that
+    # creates a new one each hold "the" lock at once, and one's records would overwrite the other's.
     lock = path.with_suffix(".lock")
-    with open(lock, "w") as lf:
+    with open(lock, "a") as lf:
         fcntl.flock(lf, fcntl.LOCK_EX)
         recs = [r for r in _records(path) if r["key"] != record["key"]]
         recs.append(record)
@@ -97,5 +105,4 @@ def store(grader_dir: Path, record: dict) -> Path:
                        "# device class, torch minor). Recompute any of them and compare.\n"
                        + yaml.safe_dump({"records": recs}, sort_keys=False, width=120))
         tmp.replace(path)
-    lock.unlink(missing_ok=True)
     return path

@@ -36,7 +36,7 @@ import hydra
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from . import PROJECT_ROOT
+from . import CONF_DIR, PROJECT_ROOT
 from . import anchors as anchor_store
 from .console import say
 from .grade import grade_seeds, score_seeds, setup_for, write_json
@@ -46,7 +46,6 @@ from .scoring import Anchors, seed_noise_sigma
 from .submission import PatchFormatError, from_patch
 from .workspace import pristine_copy
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 AGREE_SIGMAS = 3.0
 LIBRARIES = ("ai4ai_version", "python", "torch", "transformers", "numpy", "safetensors")
 

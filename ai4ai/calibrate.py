@@ -18,6 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from . import CONF_DIR
 from . import anchors as anchor_store
 from .console import say
 from .evaluation import EvalSpec, run_worker
@@ -26,8 +27,6 @@ from .pipeline import context, hydra_run_dir
 from .provenance import versions
 from .scoring import phi
 from .submission import Submission
-
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
 def empty_submission() -> Submission:

@@ -17,7 +17,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from . import PROJECT_ROOT
+from . import CONF_DIR, PROJECT_ROOT
 from .console import say
 from .grade import grade_seeds, score_seeds, setup_for
 from .hidden import REQUIRED, load_grader
@@ -30,8 +30,6 @@ EXAMPLE_MARGIN = 3.0        # an example must beat 0.1 by more than 3 x the seed
 ANCHOR_MARGIN = 5.0         # anchors must be separated by more than 5 x the seed std of phi
 TOY_LEVEL = 0.8             # no known method may reach this
 EVAL_NOISE_MAX = 0.01       # the test split's own sampling noise, in sigma
-
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
 @dataclass

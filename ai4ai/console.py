@@ -10,10 +10,15 @@ from tqdm import tqdm
 _STEP = re.compile(r"\bstep\s+(\d+)\s*/\s*(\d+)")
 
 
+def printable(text: str) -> str:
+    """Text from a submission, safe for a terminal and a log: control characters escaped."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def say(msg: str) -> None:
     # Messages can carry names an agent chose (files, log lines): escape what a terminal would
     # act on and what the stream cannot encode (undecodable file names), rather than crash.
-    msg = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in msg)
+    msg = printable(msg)
     msg = msg.encode("utf-8", "backslashreplace").decode("utf-8")
     print(f"[ai4ai {time.strftime('%H:%M:%S')}] {msg}", file=sys.stdout, flush=True)
 

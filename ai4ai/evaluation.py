@@ -1,14 +1,22 @@
 """Selection and hidden evaluation, in a separate process that imports only pristine code.
 
-The parent writes a spec (JSON) and runs `python -m ai4ai.evaluation SPEC OUT` with its bytecode
+The parent writes a spec (JSON) and runs `ai4ai.evaluation.main([SPEC, OUT])` in a fresh interpreter (its own
+copy of the harness, see _BOOT) with its bytecode
 redirected to a harness-private cache (outputs/.cache/eval-pycache) that no sandbox mounts, so
 no planted .pyc is ever read, and the libraries' bytecode is reused across gradings (compiling
 torch and transformers from source each time cost ~7 s per seed). The worker builds the model from the pristine repo copy, loads each
 candidate checkpoint strictly (exact parameter keys, shapes, dtypes, all finite, safetensors
 only), picks the best on the selection split and evaluates that one on the test split.
+
+Who is at fault decides the status. Whatever a submission controls (checkpoint bytes, metadata,
+and so what the hidden grader computes from its weights) can only make a candidate invalid, with a
+short harness-written reason; a seed with no valid candidate is invalid. The worker failing before
+it judges any candidate (importing the grader, generating a split), or a grader that fails on
+pristine weights as well, is the harness's fault: the worker exits non-zero and the seed is `error`.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import math
@@ -23,10 +31,32 @@ from .scoring import phi
 
 CKPT_RE = re.compile(r"^ckpt_(\d{8})\.safetensors$")
 MAX_CKPT_OVERHEAD = 1 << 20     # header slack beyond the raw parameter bytes
+MAX_METADATA_BYTES = 65536
+MAX_METADATA_DEPTH = 16         # flat in every task; bounded before parsing (json recurses per level)
+MAX_METADATA_STR = 200
+MAX_METADATA_INT = 1 << 63
 
 
 class InvalidCheckpoint(ValueError):
     """The checkpoint is the submission's fault: malformed, wrong keys, non-finite..."""
+
+
+class WorkerError(RuntimeError):
+    """The evaluation worker failed before judging the candidates: the harness's fault.
+
+    The message is one line (the exit status and the worker's last line of output); the full
+    output (a traceback through hidden code) is in `detail` and in eval.log, never in a reply."""
+
+    def __init__(self, summary: str, detail: str = ""):
+        super().__init__(summary)
+        self.detail = detail
+
+
+# The worker runs the harness code of the parent process (a checkout or worktree may differ from
+# the installed package); the package's parent folder is on sys.path only while `ai4ai` is
+# imported, so nothing else of the project root (e.g. kernels/) is importable by name afterwards.
+_BOOT = ("import sys; root = sys.argv.pop(1); sys.path.insert(0, root); import ai4ai.evaluation as ev; "
+         "sys.path.remove(root); ev.main(sys.argv[1:])")
 
 
 @dataclass(frozen=True)
@@ -57,19 +87,25 @@ def run_worker(spec: EvalSpec, workdir: Path, timeout_s: float = 3600) -> dict:
     env.update(PYTHONPYCACHEPREFIX=str(PROJECT_ROOT / "outputs" / ".cache" / "eval-pycache"),
                OMP_NUM_THREADS=str(spec.threads), MKL_NUM_THREADS=str(spec.threads),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    r = subprocess.run([sys.executable, "-m", "ai4ai.evaluation", str(spec_path), str(out_path)],
+    root = str(Path(__file__).resolve().parent.parent)
+    r = subprocess.run([sys.executable, "-c", _BOOT, root, str(spec_path), str(out_path)],
                        env=env, cwd=str(workdir), capture_output=True, text=True, timeout=timeout_s)
     (workdir / "eval.log").write_text(r.stdout + r.stderr)
     if r.returncode != 0 or not out_path.exists():
-        raise RuntimeError(f"evaluation worker failed (exit {r.returncode}); see {workdir / 'eval.log'}:\n"
-                           + (r.stderr or r.stdout)[-2000:])
+        out = (r.stderr or r.stdout).strip()
+        last = out.splitlines()[-1][:300] if out else "no output"
+        raise WorkerError(f"evaluation worker failed (exit {r.returncode}): {last}", out[-4000:])
     return json.loads(out_path.read_text())
 
 
 # --------------------------------------------------------------------------- worker side
 
-def load_strict(model, path: Path):
-    """Load a checkpoint into `model` (pristine code) or raise InvalidCheckpoint."""
+def load_strict(model, path: Path, digest: dict | None = None):
+    """Load a checkpoint into `model` (pristine code) or raise InvalidCheckpoint.
+
+    `digest`, when given, receives `sha256`: a hash of the loaded tensors (name, dtype, shape, bytes,
+    in key order), so replicates can be compared on what was evaluated, not on file bytes that a
+    header's layout or padding could make differ."""
     import torch
     from safetensors import SafetensorError
     from safetensors.torch import safe_open
@@ -89,8 +125,13 @@ def load_strict(model, path: Path):
             tensors = {k: f.get_tensor(k) for k in keys}
     except SafetensorError as e:
         raise InvalidCheckpoint(f"{path.name}: not a readable safetensors file ({e})") from None
+    except InvalidCheckpoint:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever else the loader trips on is in the submission's bytes
+        raise InvalidCheckpoint(f"{path.name}: not a readable safetensors file ({type(e).__name__})") from None
+    h = hashlib.sha256()
     with torch.no_grad():
-        for k, p in params.items():
+        for k, p in sorted(params.items()):
             t = tensors[k]
             if t.shape != p.shape or t.dtype != p.dtype:
                 raise InvalidCheckpoint(f"{path.name}: {k} is {t.dtype}{list(t.shape)}, "
@@ -98,18 +139,74 @@ def load_strict(model, path: Path):
             if not torch.isfinite(t).all():
                 raise InvalidCheckpoint(f"{path.name}: {k} has non-finite values")
             p.copy_(t)
+            h.update(f"{k}|{t.dtype}|{list(t.shape)}|".encode())
+            h.update(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    if digest is not None:
+        digest["sha256"] = h.hexdigest()
     return model.eval()
 
 
 def read_metadata(path: Path, keys: list) -> dict:
+    """The whitelisted keys of a checkpoint's metadata; {} when it has none.
+
+    Metadata is the submission's: a file that is too large, nested too deep, not a JSON object,
+    or a whitelisted key holding anything but a finite number or a short string raises
+    InvalidCheckpoint (never a crash of the worker). Keys outside the whitelist are not read."""
     meta = path.with_suffix(".json")
-    if not meta.exists() or meta.stat().st_size > 65536:
+    if not meta.exists():
         return {}
+    if meta.stat().st_size > MAX_METADATA_BYTES:
+        raise InvalidCheckpoint(f"{path.name}: malformed metadata (more than {MAX_METADATA_BYTES} bytes)")
     try:
-        d = json.loads(meta.read_text())
-    except (ValueError, UnicodeDecodeError):
-        return {}
-    return {k: d[k] for k in keys if isinstance(d, dict) and k in d and isinstance(d[k], (int, float, str))}
+        text = meta.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        raise InvalidCheckpoint(f"{path.name}: malformed metadata (not UTF-8 text)") from None
+    if _json_depth(text) > MAX_METADATA_DEPTH:
+        raise InvalidCheckpoint(f"{path.name}: malformed metadata (nested deeper than {MAX_METADATA_DEPTH})")
+    try:    # no NaN or Infinity literals: a non-finite value is malformed, not a number
+        d = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        raise InvalidCheckpoint(f"{path.name}: malformed metadata (not JSON)") from None
+    if not isinstance(d, dict):
+        raise InvalidCheckpoint(f"{path.name}: malformed metadata (not a JSON object)")
+    out = {}
+    for k in keys:
+        if k not in d:
+            continue
+        v = d[k]
+        ok = (isinstance(v, int) and not isinstance(v, bool) and abs(v) < MAX_METADATA_INT) or \
+             (isinstance(v, float) and math.isfinite(v)) or (isinstance(v, str) and len(v) <= MAX_METADATA_STR)
+        if not ok:
+            raise InvalidCheckpoint(f"{path.name}: malformed metadata ({k} is not a finite number or a string "
+                                    f"of at most {MAX_METADATA_STR} characters)")
+        out[k] = v
+    return out
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in `text`, brackets inside strings not counted."""
+    depth = deepest = 0
+    in_str = esc = False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 def _worker(spec: EvalSpec) -> dict:
@@ -145,6 +242,43 @@ def _worker(spec: EvalSpec) -> dict:
             out["validation_best"] = grader.best_attainable(val, None) if hasattr(grader, "best_attainable") else None
         return out
 
+    controls: dict = {}
+
+    def judged(path: Path, key: str, run, control):
+        """run() evaluates the submission's weights; any exception it raises is the submission's
+        fault (InvalidCheckpoint) unless control() (the same evaluation of pristine weights, the
+        no-information model, without metadata) fails as well: then the grader is at fault, raised."""
+        try:
+            return run()
+        except InvalidCheckpoint:
+            raise
+        except MemoryError:
+            raise               # the machine's, not the weights': the model's size is pristine
+        except Exception as e:  # noqa: BLE001 - what the grader computes from weights is the submission's
+            if type(e).__name__ == "OutOfMemoryError":
+                raise
+            if key not in controls:
+                try:
+                    control(grader.uninformative(fresh()).eval(), {"scale": spec.scale, "metadata": {}})
+                    controls[key] = None
+                except Exception as c:  # noqa: BLE001
+                    controls[key] = c
+            if controls[key] is not None:
+                raise RuntimeError(f"the grader fails on pristine weights too ({key})") from e
+            raise InvalidCheckpoint(f"{path.name}: the grader raised {type(e).__name__} evaluating these weights "
+                                    f"({key})") from None
+
+    def metric(path: Path, split_name: str, split, cfg, digest=None) -> float:
+        def evaluate(model, c):
+            return float(grader.evaluate(model, split, c))
+
+        def run():
+            raw = evaluate(load_strict(fresh(), path, digest), cfg)
+            if not math.isfinite(raw):
+                raise InvalidCheckpoint(f"{path.name}: {split_name} metric is {raw}")
+            return raw
+        return judged(path, f"{split_name} split", run, evaluate)
+
     if spec.mode == "proxy":
         # The agent's proxy: the newest valid checkpoint on the visible validation split only.
         val = grader.split("validation", None)
@@ -153,7 +287,7 @@ def _worker(spec: EvalSpec) -> dict:
             rec = {"name": path.name}
             try:
                 cfg = {"scale": spec.scale, "metadata": read_metadata(path, spec.metadata_keys)}
-                out["validation_metric"] = float(grader.evaluate(load_strict(fresh(), path), val, cfg))
+                out["validation_metric"] = metric(path, "validation", val, cfg)
                 out["chosen"] = path.name
                 return out
             except InvalidCheckpoint as e:
@@ -163,39 +297,53 @@ def _worker(spec: EvalSpec) -> dict:
         return out
 
     selection = grader.split("selection", None)
-    best_i, best_phi = None, -math.inf
+    ranked = []
     for i, c in enumerate(spec.candidates):
         path = Path(c)
         m = CKPT_RE.match(path.name)
-        rec = {"name": path.name, "step": int(m.group(1)) if m else None,
-               "metadata": read_metadata(path, spec.metadata_keys)}
+        rec = {"name": path.name, "step": int(m.group(1)) if m else None, "metadata": {}}
         try:
-            model = load_strict(fresh(), path)
-            raw = float(grader.evaluate(model, selection, {"scale": spec.scale, "metadata": rec["metadata"]}))
-            if not math.isfinite(raw):
-                raise InvalidCheckpoint(f"{path.name}: selection metric is {raw}")
-            rec.update(valid=True, selection_metric=raw)
-            p = phi(raw, spec.direction, spec.transform)
-            if p > best_phi:
-                best_i, best_phi = i, p
+            rec["metadata"] = read_metadata(path, spec.metadata_keys)
+            digest: dict = {}
+            raw = metric(path, "selection", selection, {"scale": spec.scale, "metadata": rec["metadata"]}, digest)
+            rec.update(valid=True, selection_metric=raw, weights_sha256=digest["sha256"])
+            ranked.append((phi(raw, spec.direction, spec.transform), i))
         except InvalidCheckpoint as e:
             rec.update(valid=False, reason=str(e), selection_metric=None)
         out["candidates"].append(rec)
-    if best_i is None:
-        out["chosen"] = None
+    test = None
+    # Best on the selection split first; a candidate the test evaluation cannot judge (the grader
+    # raising on its weights, a non-finite metric) is invalid and the next best is taken.
+    for _, i in sorted(ranked, key=lambda x: (-x[0], x[1])):
+        rec, chosen = out["candidates"][i], Path(spec.candidates[i])
+        cfg = {"scale": spec.scale, "metadata": rec["metadata"]}
+        test = grader.split("test", None) if test is None else test
+        try:
+            if hasattr(grader, "evaluate_with_noise"):
+                def with_noise(model, c):
+                    raw, se = grader.evaluate_with_noise(model, test, c)
+                    return float(raw), float(se)
+
+                def run():
+                    raw, se = with_noise(load_strict(fresh(), chosen), cfg)
+                    if not math.isfinite(raw):
+                        raise InvalidCheckpoint(f"{chosen.name}: test metric is {raw}")
+                    return raw, se
+                out["test_metric"], out["test_excess_se"] = judged(chosen, "test split", run, with_noise)
+            else:
+                out["test_metric"] = metric(chosen, "test", test, cfg)
+        except InvalidCheckpoint as e:
+            rec.update(valid=False, reason=str(e))
+            continue
+        out["chosen"] = chosen.name
+        out["weights_sha256"] = rec["weights_sha256"]
+        if "validation" in grader.SPLITS:
+            try:   # reported beside the score, never part of it: a failure here only leaves it empty
+                out["validation_metric"] = metric(chosen, "validation", grader.split("validation", None), cfg)
+            except InvalidCheckpoint:
+                out["validation_metric"] = None
         return out
-    chosen = Path(spec.candidates[best_i])
-    model = load_strict(fresh(), chosen)
-    cfg = {"scale": spec.scale, "metadata": out["candidates"][best_i]["metadata"]}
-    test = grader.split("test", None)
-    out["chosen"] = chosen.name
-    if hasattr(grader, "evaluate_with_noise"):
-        raw, se = grader.evaluate_with_noise(model, test, cfg)
-        out["test_metric"], out["test_excess_se"] = float(raw), float(se)
-    else:
-        out["test_metric"] = float(grader.evaluate(model, test, cfg))
-    if "validation" in grader.SPLITS:
-        out["validation_metric"] = float(grader.evaluate(model, grader.split("validation", None), cfg))
+    out["chosen"] = None
     return out
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from . import PROJECT_ROOT
 from . import anchors as anchor_store
-from .console import TrainingBar, say
-from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD, EvalSpec, run_worker
+from .console import TrainingBar, printable, say
+from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD, EvalSpec, WorkerError, run_worker
 from .hidden import load_grader
 from .provenance import UNVERSIONED, python_executable, tree_sha256
 from .sandbox import KERNELS_DIR, Mount, Sandbox, default_memory_limit
@@ -55,6 +55,7 @@ class SeedResult:
     steps: int | None = None              # the chosen checkpoint's step (from its name)
     training_seed: int | None = None      # the --seed the training process got (see training_seed)
     host_idle_cores: float | None = None  # the host's idle CPUs during training (load evidence)
+    weights_sha256: str | None = None   # of the chosen checkpoint's loaded tensors (replicates compared)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -460,7 +461,8 @@ def train_and_evaluate(setup: GradeSetup, train_repo: Path, pristine: Path, seed
     m = CKPT_RE.match(res["chosen"])
     return SeedResult(status="graded", reason=None, raw=res["test_metric"], candidates=res["candidates"],
                       chosen=res["chosen"], validation_metric=res.get("validation_metric"),
-                      test_excess_se=res.get("test_excess_se"), steps=int(m.group(1)) if m else None, **base)
+                      test_excess_se=res.get("test_excess_se"), steps=int(m.group(1)) if m else None,
+                      weights_sha256=res.get("weights_sha256"), **base)
 
 
 def _log_tail(path: Path, n: int = 300) -> str:
@@ -470,11 +472,6 @@ def _log_tail(path: Path, n: int = 300) -> str:
         return ""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return printable(lines[-1] if lines else "")[-n:]
-
-
-def printable(text: str) -> str:
-    """Text from a submission, safe for a terminal and a log: control characters escaped."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: Path,
@@ -512,7 +509,9 @@ def grade_seeds(setup: GradeSetup, sub: Submission, seeds: list[int], workdir: P
                                train_s=round(setup.cap_s, 2), timed_out=True, cut="wall")
             except Exception as e:  # the harness's fault: recorded as error, never scored
                 seed_dir.mkdir(parents=True, exist_ok=True)   # the fault may come before the phase made it
-                (seed_dir / "harness_error.txt").write_text(traceback.format_exc())
+                # the reason stays one line; the traceback (and the worker's own output) is kept here
+                (seed_dir / "harness_error.txt").write_text(traceback.format_exc()
+                                                            + (f"\n{e.detail}\n" if isinstance(e, WorkerError) else ""))
                 r = SeedResult(seed=seed, status="error", reason=f"harness error: {type(e).__name__}: {e}",
                                raw=None, train_s=0.0, timed_out=False)
         msg = f"  seed {seed}: {r.status}"
@@ -547,6 +546,7 @@ class Scored:
     raw_std: float | None
     score: float | None
     phi_per_seed: list = field(default_factory=list)
+    flags: list = field(default_factory=list)      # scored, but a reader must know (see replicate_flags)
 
     def interval(self, anchors: Anchors, task: Task) -> list | None:
         if not self.phi_per_seed:
@@ -571,7 +571,31 @@ def score_seeds(task: Task, results: list[SeedResult], anchors: Anchors) -> Scor
     mean = _phi_mean_raw(task, valid) if valid else None
     std = float(_std([p for p in phis if p is not None])) if valid else None
     return Scored(status, "; ".join(invalid) or None, raws, scores, mean, std,
-                  pooled_sigma(phis, anchors, m.direction, m.transform), phis)
+                  pooled_sigma(phis, anchors, m.direction, m.transform), phis, replicate_flags(task, results))
+
+
+def replicate_flags(task: Task, results: list[SeedResult]) -> list[str]:
+    """`identical weights on seeds A and B` for each group of graded seeds whose chosen weights hash
+    the same: the submission ignored --seed, so its replicates are one run counted several times.
+
+    A flag, not `invalid`: training without randomness, or with a fixed data order, is a legitimate
+    algorithm (the pruning task's shipped one is deterministic), and its mean score is no better for
+    it. What collapsing costs is the noise estimate (std 0, a zero-width interval) and what it can
+    buy is a seed chosen for luck; both are the reader's to judge, so the result says so wherever
+    its number is shown. A task that declares its shipped algorithm deterministic gives identical
+    weights by design, and the flag would fire on every submission there, the shipped one included.
+    """
+    if task.deterministic:
+        return []
+    groups: dict = {}
+    for r in results:
+        if r.status == "graded" and r.weights_sha256:
+            groups.setdefault(r.weights_sha256, []).append(r.seed)
+    flags = []
+    for seeds in sorted(g for g in groups.values() if len(g) > 1):
+        names = [str(x) for x in seeds]
+        flags.append(f"identical weights on seeds {', '.join(names[:-1])} and {names[-1]}")
+    return flags
 
 
 def _std(xs: list[float]) -> float:

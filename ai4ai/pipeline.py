@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from . import SCHEMA
+from . import CONF_DIR, SCHEMA
 from . import agents as agent_kinds
 from . import anchors as anchor_store
 from . import record
@@ -30,7 +30,10 @@ from .submission import Submission, from_patch, from_workspace
 from .task import Task, TaskError, load_task, parse_task
 from .workspace import agent_workspace, pristine_copy
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
+# agent.network: none; api_only (no network, only the egress proxy to agent.api_hosts, which the
+# coding-agent CLIs set up in agents/cli.py); open (the host network)
+NETWORK_MODES = ("none", "api_only", "open")
 
 
 class UsageError(SystemExit):
@@ -107,13 +110,7 @@ def hydra_run_dir() -> Path:
 def estimate_calibration_s(ctx: Context) -> tuple[float, bool]:
     """Rough time of a calibration: from any earlier record of this task and scale, else the cap."""
     b = ctx.task.scale(ctx.scale)
-    path = anchor_store.anchors_path(ctx.task.grader)
-    walls = []
-    if path.exists():
-        import yaml
-        for r in (yaml.safe_load(path.read_text()) or {}).get("records", []):
-            if r["key"]["task"] == ctx.task.name and r["key"]["scale"] == ctx.scale:
-                walls.append(float(r["train_wall_s"]["mean"]))
+    walls = anchor_store.train_walls(ctx.task.grader, ctx.task.name, ctx.scale)
     per_seed = (max(walls) if walls else b.default_cap_s) + 15
     return per_seed * len(b.calibration_seeds), bool(walls)
 
@@ -168,7 +165,7 @@ def describe_plan(ctx: Context, cfg: DictConfig, window_s: float | None) -> None
 
 def grade_and_record(ctx: Context, cfg: DictConfig, sub: Submission, agent_name: str, agent_cfg: dict,
                      seeds: list[int], timing: dict, cost: dict | None, trajectory: dict | None,
-                     started_at: str, seed: int) -> dict:
+                     started_at: str, seed: int, cell: str | None = None) -> dict:
     rec = ensure_anchors(ctx, cfg)
     setup = setup_for(ctx.task, ctx.scale, ctx.device, ctx.threads, ctx.backend, rec, ctx.run_dir,
                       progress=bool(cfg.progress), nonce=run_nonce(ctx.run_dir))
@@ -176,6 +173,11 @@ def grade_and_record(ctx: Context, cfg: DictConfig, sub: Submission, agent_name:
     pristine = ctx.run_dir / ".harness" / "pristine"      # made and verified before the agent phase
     results = grade_seeds(setup, sub, seeds, ctx.run_dir / "grade", pristine if pristine.is_dir() else None)
     scored = score_seeds(ctx.task, results, rec.anchors)
+    repeated = scored.status == "error" and cell is not None and \
+        record.note_error(Path(cfg.results_db), cell, scored.reason) >= record.ERROR_REPEATS
+    if repeated:        # the same fault again: report it as the cell's outcome instead of retrying forever
+        scored = replace(scored, reason=f"{scored.reason} [repeated: this cell errored the same way "
+                                        f"{record.ERROR_REPEATS} times; recorded as done, skip_done=false reruns it]")
     timing = dict(timing, grade_s=round(time.monotonic() - t0, 2),
                   train_s=round(sum(r.train_s for r in results), 2), cap_s=round(setup.cap_s, 1),
                   cpu_cap_s=setup.cpu_cap_s, train_cpu_s=round(sum(r.cpu_s or 0.0 for r in results), 2))
@@ -184,18 +186,20 @@ def grade_and_record(ctx: Context, cfg: DictConfig, sub: Submission, agent_name:
     record.validate(result)
     write_json(ctx.run_dir / "result.json", result)
     record.insert(Path(cfg.results_db), result, ctx.run_dir)
+    if repeated:
+        record.mark_cell(Path(cfg.results_db), cell, ctx.run_dir, record.ERROR_REPEATED)
     print(final_line(result, ctx.run_dir))
     return result
 
 
 def build_result(ctx: Context, agent_name, agent_cfg, seeds, seed, scored: Scored, results, rec, sub, timing,
                  cost, trajectory, started_at) -> dict:
-    network = "open" if agent_cfg.get("network") is True else str(agent_cfg.get("network") or "none")
+    network = agent_cfg.get("network") or "none"
     m = ctx.task.metric
     return {
         "schema": SCHEMA, "benchmark_version": ctx.version, "task": ctx.task.name, "family": ctx.task.family,
         "agent": agent_name, "agent_config": agent_cfg, "scale": ctx.scale, "seed": seed, "seeds": seeds,
-        "status": scored.status, "reason": scored.reason,
+        "status": scored.status, "reason": scored.reason, "flags": list(scored.flags),
         "raw": {"metric": m.name, "direction": m.direction, "transform": m.transform,
                 "per_seed": scored.raw_per_seed, "mean": scored.raw_mean, "std": scored.raw_std},
         "anchors": {"no_info": rec.anchors.no_info, "baseline": rec.anchors.baseline, "best": rec.anchors.best,
@@ -209,8 +213,8 @@ def build_result(ctx: Context, agent_name, agent_cfg, seeds, seed, scored: Score
                                                                 if c.get("name") == r.chosen), None),
                                       "validation_metric": r.validation_metric, "timed_out": r.timed_out,
                                       "train_s": r.train_s, "cpu_s": r.cpu_s, "cut": r.cut, "steps": r.steps,
-                                      "training_seed": r.training_seed,
-                                      "host_idle_cores": r.host_idle_cores} for r in results]},
+                                      "training_seed": r.training_seed, "host_idle_cores": r.host_idle_cores,
+                                      "weights_sha256": r.weights_sha256} for r in results]},
         "submission": sub.summary(),
         "trajectory": trajectory or {"proxy_calls": 0, "first_valid_proxy": None, "best_proxy": None,
                                      "final_proxy": None, "regressed_after_best": None},
@@ -243,6 +247,7 @@ def final_line(result: dict, run_dir: Path) -> str:
     cuts = [f"seed {c['seed']} cut by its CPU cap ({c['cpu_s']:.0f} CPU-s) at step {c['steps']}"
             for c in result["checkpoints"]["per_seed"] if c.get("cut") == "cpu"]
     note += f" [{'; '.join(cuts)}]" if cuts else ""
+    note += "".join(f" [flag: {f}]" for f in result.get("flags") or [])
     sb = " [sandbox: none]" if result["sandbox"]["backend"] == "none" else ""
     return (f"{result['task']} | {result['agent']} | {rawtxt} | score {result['score']:.3f} "
             f"[{lo:.3f}, {hi:.3f}] on 0/0.1/1{note}{sb} | {run_dir}")
@@ -264,6 +269,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
         mod = agent_kinds.get(agent_cfg["kind"])
     except ValueError as e:
         raise UsageError(str(e))
+    if agent_cfg.get("network", "none") not in NETWORK_MODES:
+        raise UsageError(f"agent.network={agent_cfg['network']!r}: use none, api_only or open")
     ctx = context(cfg, run_dir, paid=bool(agent_cfg.get("paid")))
     window_s = ctx.task.scale(ctx.scale).window_s
     if cfg.dry_run:
@@ -272,6 +279,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
         return None
     if cfg.skip_done and not ctx.task_overridden:
         done = record.find_done(Path(cfg.results_db), ctx.task.name, agent_cfg, ctx.scale, int(cfg.seed), ctx.version)
+        if done and done["status"] == "error":
+            say(f"skipping: this cell errored the same way {record.ERROR_REPEATS} times ({done.get('reason')}) in "
+                f"{done['run_dir']}; skip_done=false reruns it")
+            return None
         if done:
             say(f"skipping: this cell is done ({done['status']}, score {done['score']}) in {done['run_dir']}; "
                 "skip_done=false reruns it")
@@ -313,7 +324,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     server = ProxyServer(setup=proxy_setup, pristine=pristine, workspace=ws, run_dir=run_dir,
                          validation=rec.validation, deadline=t_start + window_s)
     sock_dir = server.start()
-    sb = agent_sandbox(ctx.backend, ws, home, client_bin(run_dir), sock_dir, network=agent_cfg.get("network") is True,
+    sb = agent_sandbox(ctx.backend, ws, home, client_bin(run_dir), sock_dir, network=agent_cfg.get("network") == "open",
                        threads=ctx.threads, scale=ctx.scale, window_s=window_s, deadline=t_start + window_s)
     sb.extend_s = lambda: server.credit_s      # the proxy's waits for the device go back to the window
     instructions = render(ctx.task, ctx.scale, window_s, t_start)
@@ -345,7 +356,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     cost = {k: outcome.usage.get(k) for k in COST_KEYS} if outcome.usage else None
     result = grade_and_record(ctx, cfg, sub, agent_label(agent_cfg), agent_cfg, seeds,
                               {"agent_s": round(outcome.wall_s, 2)}, cost,
-                              trajectory_summary(run_dir / "trajectory.jsonl"), started_at, int(cfg.seed))
+                              trajectory_summary(run_dir / "trajectory.jsonl"), started_at, int(cfg.seed), cell)
     if result["status"] != "error":
         record.mark_cell(db, cell, run_dir, "graded")
     return result
@@ -383,7 +394,7 @@ def resume_grading(ctx: Context, cfg: DictConfig, run_dir: Path, agent_cfg: dict
     result = grade_and_record(ctx, cfg, sub, agent_label(agent_cfg), agent_cfg, seeds,
                               {"agent_s": round(float(outcome.get("wall_s") or 0.0), 2)}, cost,
                               trajectory_summary(run_dir / "trajectory.jsonl"),
-                              outcome.get("started_at") or record.now(), int(cfg.seed))
+                              outcome.get("started_at") or record.now(), int(cfg.seed), cell)
     if result["status"] != "error":
         record.mark_cell(Path(cfg.results_db), cell, run_dir, "graded")
     return result

@@ -12,6 +12,7 @@ import json
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from . import PROJECT_ROOT
 from .console import say
-from .evaluation import run_worker
+from .evaluation import WorkerError, run_worker
 from .grade import (GradeSetup, build_training_copy, data_mounts, device_lock, eval_spec, run_training, stage_dir,
                     training_seed, write_json)
 from .scoring import Anchors, sigma
@@ -29,6 +30,15 @@ from .submission import Submission, from_workspace
 
 MAX_REQUEST = 4096
 MAX_CALLS = 1000                 # a flood of calls ends here; each call is still charged to the window
+MAX_DETAIL = 600
+
+# Every reply's `reason` is one of these. A reply carries the metric, its sigma, a reason, a short
+# harness-written `detail` and the tail of the submission's own training log: nothing of the hidden
+# grader or of the harness (no traceback, path or source line) reaches the agent. The full detail
+# of a harness fault goes to .harness/proxy_errors.log, outside the agent's sandbox.
+REASONS = ("ok", "training_failed", "no_checkpoint", "invalid_checkpoint", "sandbox_limit", "idle", "harness_error",
+           "call_limit", "bad_request")
+HARNESS_FAULT = "the harness failed during this call (not your code's fault); the benchmark's operators have its log"
 
 
 @dataclass
@@ -82,11 +92,9 @@ class ProxyServer:
             with conn:   # one call at a time: the next connection waits in the backlog
                 try:
                     reply = self.handle(_read_request(conn))
-                except Exception as e:  # never let a request take the harness down
-                    (self.run_dir / ".harness").mkdir(exist_ok=True)
-                    with open(self.run_dir / ".harness" / "proxy_errors.log", "a") as f:
-                        f.write(traceback.format_exc())
-                    reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+                except Exception:  # never let a request take the harness down, nor tell the agent about it
+                    self._log_fault()
+                    reply = {"ok": False, "reason": "harness_error", "detail": HARNESS_FAULT}
                 try:
                     conn.sendall(json.dumps(reply).encode() + b"\n")
                 except OSError:
@@ -95,21 +103,53 @@ class ProxyServer:
     # ------------------------------------------------------------------ requests
     def handle(self, req) -> dict:
         if not isinstance(req, dict) or req.get("cmd") not in ("score", "submit", "status"):
-            return {"ok": False, "error": "request must be a JSON object with cmd: score | submit | status"}
+            return {"ok": False, "reason": "bad_request",
+                    "error": "request must be a JSON object with cmd: score | submit | status"}
         if req["cmd"] == "status":
-            return {"ok": True, "seconds_left": round(self.seconds_left(), 1), "proxy_calls": self.calls,
-                    "marked": self.marked is not None}
+            return {"ok": True, "reason": "ok", "seconds_left": round(self.seconds_left(), 1),
+                    "proxy_calls": self.calls, "marked": self.marked is not None}
         if req["cmd"] == "submit":
             self.marked = self._snapshot()
             (self.run_dir / ".harness").mkdir(exist_ok=True)
             (self.run_dir / ".harness" / "marked.patch").write_text(self.marked.patch)
             self._append({"event": "submit", "patch_sha256": self.marked.sha256,
                           "rejected": self.marked.rejected})
-            return {"ok": True, "marked": self.marked.sha256, "files": sorted(self.marked.files),
+            return {"ok": True, "reason": "ok", "marked": self.marked.sha256, "files": sorted(self.marked.files),
                     "rejected": self.marked.rejected}
         if self.calls >= MAX_CALLS:
-            return {"ok": False, "error": f"proxy call limit ({MAX_CALLS}) reached"}
-        return self._score()
+            return {"ok": False, "reason": "call_limit", "error": f"proxy call limit ({MAX_CALLS}) reached"}
+        try:
+            return self._score()
+        except Exception:   # the harness's fault, on this call: logged in full, told to the agent in one line
+            self._log_fault()
+            n = self.calls
+            self._append({"event": "proxy", "call": n, "proxy_metric": None, "proxy_score": None, "status": "error",
+                          "reason": "harness_error"})
+            return {"ok": False, "metric": self.setup.task.metric.name, "proxy_metric": None, "proxy_score": None,
+                    "reason": "harness_error", "detail": HARNESS_FAULT,
+                    "train_log_tail": self._train_log_tail(self._call_dir(n)),
+                    "seconds_left": round(self.deadline - time.time(), 1)}
+
+    def _log_fault(self) -> None:
+        (self.run_dir / ".harness").mkdir(exist_ok=True)
+        exc = sys.exc_info()[1]
+        with open(self.run_dir / ".harness" / "proxy_errors.log", "a") as f:
+            f.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} call {self.calls}\n{traceback.format_exc()}"
+                    + (f"{exc.detail}\n" if isinstance(exc, WorkerError) else ""))
+
+    def _call_dir(self, n: int) -> Path:
+        return self.run_dir / ".harness" / "proxy" / f"call_{n:04d}"
+
+    @staticmethod
+    def _train_log_tail(call_dir: Path) -> str:
+        """The tail of the submission's own training log (what it printed; nothing else is read)."""
+        log = call_dir / "run" / "train.log"
+        try:
+            with open(log, "rb") as f:
+                f.seek(max(0, log.stat().st_size - 2000))
+                return f.read().decode("utf-8", "replace")[-2000:]
+        except OSError:
+            return ""
 
     def seconds_left(self) -> float:
         return self.deadline + self.credit_s - time.time()
@@ -147,15 +187,20 @@ class ProxyServer:
         m = self.setup.task.metric
         score = sigma(metric, self.validation, m.direction, m.transform) if metric is not None and self.validation else None
         self.snapshots.append((score, sub))
+        # reason (harness-written text) -> a word of REASONS, in run_training's order of checks
+        code = "ok" if reason is None else "sandbox_limit" if outcome.limit else \
+            "idle" if reason.startswith(("idle past", "lowered its own")) else \
+            "training_failed" if (not outcome.timed_out and outcome.returncode != 0) else \
+            "no_checkpoint" if not ckpts else "invalid_checkpoint"
+        detail = None if reason is None else _short(reason.split(": ", 1)[0] if code == "training_failed" else reason)
         rec = {"event": "proxy", "call": n, "patch_sha256": sub.sha256, "proxy_metric": metric, "proxy_score": score,
-               "status": "ok" if reason is None else "invalid", "reason": reason,
+               "status": "ok" if reason is None else "invalid", "reason": code, "detail": detail,
                "duration_s": round(time.monotonic() - t0, 2), "lock_wait_s": round(waited, 2), "rejected": sub.rejected}
         self._append(rec)
-        log = (call_dir / "run" / "train.log")
-        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
         return {"ok": reason is None, "metric": m.name, "proxy_metric": metric, "proxy_score": score,
-                "reason": reason, "train_log_tail": tail, "duration_s": rec["duration_s"],
-                "lock_wait_s": rec["lock_wait_s"], "rejected": sub.rejected, "seconds_left": round(self.seconds_left(), 1)}
+                "reason": code, "detail": detail, "train_log_tail": self._train_log_tail(call_dir),
+                "duration_s": rec["duration_s"], "lock_wait_s": rec["lock_wait_s"], "rejected": sub.rejected,
+                "seconds_left": round(self.seconds_left(), 1)}
 
     def _append(self, rec: dict) -> None:
         rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "elapsed_s": round(time.time() - self.started, 2), **rec}
@@ -163,6 +208,10 @@ class ProxyServer:
             f.write(json.dumps(rec) + "\n")
 
     started: float = field(default_factory=time.time)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_DETAIL else text[:MAX_DETAIL - 3] + "..."
 
 
 def _read_request(conn: socket.socket):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -35,18 +36,51 @@ def insert(db: Path, result: dict, run_dir: Path) -> None:
 
 
 def find_done(db: Path, task: str, agent_cfg: dict, scale: str, seed: int, version: str) -> dict | None:
-    """A finished (graded or invalid) run of the same cell; `error` runs are retried."""
+    """A finished (graded or invalid) run of the same cell; `error` runs are retried, unless the
+    cell has errored the same way twice (then it is done, status `error`, with its reason)."""
     if not db.exists():
         return None
     with connect(db) as con:
         row = con.execute("SELECT run_dir, score, status FROM results WHERE task=? AND agent_config_sha=? AND scale=? "
                           "AND seed=? AND benchmark_version=? AND status IN ('graded', 'invalid') ORDER BY id DESC LIMIT 1",
                           (task, config_sha(agent_cfg), scale, seed, version)).fetchone()
-    return {"run_dir": row[0], "score": row[1], "status": row[2]} if row else None
+        if row:
+            return {"run_dir": row[0], "score": row[1], "status": row[2]}
+        _cells(con)
+        cell = con.execute("SELECT run_dir FROM cells WHERE cell=? AND phase=?",
+                           (cell_key(task, agent_cfg, scale, seed, version), ERROR_REPEATED)).fetchone()
+        if cell:
+            last = con.execute("SELECT reason FROM cell_errors WHERE cell=? ORDER BY updated DESC, count DESC LIMIT 1",
+                               (cell_key(task, agent_cfg, scale, seed, version),)).fetchone()
+            return {"run_dir": cell[0], "score": None, "status": "error", "reason": last[0] if last else None}
+    return None
+
+
+ERROR_REPEATED = "error_repeated"     # a cell's phase once it has errored the same way twice
+ERROR_REPEATS = 2
 
 
 def _cells(con: sqlite3.Connection) -> None:
     con.execute("CREATE TABLE IF NOT EXISTS cells (cell TEXT PRIMARY KEY, run_dir TEXT, phase TEXT, updated TEXT)")
+    con.execute("CREATE TABLE IF NOT EXISTS cell_errors (cell TEXT, signature TEXT, count INTEGER, reason TEXT, "
+                "updated TEXT, PRIMARY KEY (cell, signature))")
+
+
+def error_signature(reason: str | None) -> str:
+    """What makes two error reasons "the same": their text with paths and numbers blanked, so
+    that a retry in another run folder, or a different elapsed time, is still the same error."""
+    text = re.sub(r"\S*/\S*", "<path>", reason or "")
+    return re.sub(r"\d+(\.\d+)?", "#", text).strip()
+
+
+def note_error(db: Path, cell: str, reason: str | None) -> int:
+    """Count an `error` attempt of `cell`; returns how many attempts have ended with this reason."""
+    sig = error_signature(reason)
+    with connect(db) as con:
+        _cells(con)
+        con.execute("INSERT INTO cell_errors VALUES (?, ?, 1, ?, ?) ON CONFLICT(cell, signature) DO UPDATE SET "
+                    "count=count+1, reason=excluded.reason, updated=excluded.updated", (cell, sig, reason, now()))
+        return con.execute("SELECT count FROM cell_errors WHERE cell=? AND signature=?", (cell, sig)).fetchone()[0]
 
 
 def cell_key(task: str, agent_cfg: dict, scale: str, seed: int, version: str) -> str:
@@ -79,7 +113,7 @@ def now() -> str:
 
 REQUIRED_FIELDS = ("schema", "benchmark_version", "task", "family", "agent", "agent_config", "scale", "seeds",
                    "status", "reason", "raw", "anchors", "score", "score_per_seed", "score_interval",
-                   "checkpoints", "submission", "trajectory", "timing", "cost", "sandbox", "provenance")
+                   "checkpoints", "submission", "trajectory", "timing", "cost", "sandbox", "provenance", "flags")
 
 
 def validate(result: dict) -> None:
@@ -94,3 +128,5 @@ def validate(result: dict) -> None:
     for k in ("metric", "direction", "per_seed", "mean", "std"):
         if k not in result["raw"]:
             raise ValueError(f"raw lacks {k}")
+    if not isinstance(result["flags"], list) or not all(isinstance(f, str) for f in result["flags"]):
+        raise ValueError(f"flags must be a list of strings, got {result['flags']!r}")

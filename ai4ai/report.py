@@ -34,11 +34,10 @@ import numpy as np
 import yaml
 from omegaconf import DictConfig
 
-from . import PROJECT_ROOT
+from . import CONF_DIR, PROJECT_ROOT
 from .classify import LABELS, Classification, classify_patch
 from .record import config_sha
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 NO_SANDBOX_MARK = "†"
 
 
@@ -250,7 +249,8 @@ def submission_table(runs: list[Run], labels: dict) -> list[dict]:
         rows.append({"run_dir": str(r.run_dir), "task": r.result["task"], "agent": r.agent[0],
                      "status": r.result["status"], "sigma": r.result.get("score"),
                      "patch_sha256": (r.result.get("submission") or {}).get("sha256"),
-                     "class": c.label, "source": source, "reason": c.reason})
+                     "class": c.label, "source": source, "reason": c.reason,
+                     "flags": "; ".join(r.result.get("flags") or [])})    # e.g. seeds collapsed to one run
     return rows
 
 
@@ -395,7 +395,7 @@ def task_cells(row: dict) -> list[str]:
 TASK_HEAD = ["task", "agent", "runs", "seeds", "metric", "raw mean ± std", "0 anchor", "0.1 anchor", "1.0 anchor",
              "σ", "share of 0.1→1.0"]
 CLASS_HEAD = ["class", "runs", "mean σ", "human labels", "agents"]
-SUB_HEAD = ["run", "task", "agent", "σ", "class", "source", "reason"]
+SUB_HEAD = ["run", "task", "agent", "σ", "class", "source", "reason", "flags"]
 TRAJ_HEAD = ["agent", "runs", "with proxy", "proxy calls", "improved over first", "ended below best",
              "mean best proxy", "mean final proxy", "best − final", "hidden σ − final proxy"]
 
@@ -406,7 +406,7 @@ def class_cells(row):
 
 def sub_cells(row):
     return [Path(row["run_dir"]).name, row["task"], row["agent"], _fmt(row["sigma"]), row["class"], row["source"],
-            row["reason"]]
+            row["reason"], row["flags"]]
 
 
 def traj_cells(row):

@@ -351,7 +351,9 @@ class Sandbox:
         made = {"/"}
         for _, inside, _ in binds:
             for parent in map(str, reversed(Path(inside).parents)):
-                if parent in made or parent in bound or any(parent.startswith(b + "/") for b in bound):
+                # the private /tmp is empty: a folder on the way under it (a venv in a checkout
+                # under /tmp) is made here too, or bwrap would make it 0700 and the user stops there
+                if parent in made or parent in bound or any(parent.startswith(b + "/") for b in bound - {"/tmp"}):
                     continue        # exists already, or comes with a bind
                 a += ["--perms", "0755", "--dir", parent]
                 made.add(parent)

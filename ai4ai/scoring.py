@@ -27,23 +27,32 @@ def phi(raw: float, direction: str, transform: str) -> float:
     return raw if direction == "max" else -raw
 
 
+def _anchor_phis(anchors: Anchors, direction: str, transform: str) -> tuple[float, float, float]:
+    return tuple(phi(a, direction, transform) for a in (anchors.no_info, anchors.baseline, anchors.best))
+
+
+def _piecewise(p: float, p0: float, pb: float, p1: float) -> float:
+    """DESIGN.md's sigma of one oriented value: through (phi0, 0), (phib, 0.1), (phi1, 1), clipped."""
+    s = 0.1 * (p - p0) / (pb - p0) if p <= pb else 0.1 + 0.9 * (p - pb) / (p1 - pb)
+    return float(min(1.0, max(0.0, s)))
+
+
 def sigma(raw: float, anchors: Anchors, direction: str, transform: str) -> float:
     """Piecewise-linear map of phi(raw) through (phi0, 0), (phib, 0.1), (phi1, 1), clipped to [0, 1]."""
     p = phi(raw, direction, transform)
-    p0, pb, p1 = (phi(a, direction, transform) for a in (anchors.no_info, anchors.baseline, anchors.best))
+    p0, pb, p1 = _anchor_phis(anchors, direction, transform)
     if not (p0 < pb < p1):
         raise ValueError(f"anchors out of order (phi0 {p0:.4g}, phib {pb:.4g}, phi1 {p1:.4g}): "
                          "need no_info < baseline < best after orientation")
     if p == -math.inf:
         return 0.0
-    s = 0.1 * (p - p0) / (pb - p0) if p <= pb else 0.1 + 0.9 * (p - pb) / (p1 - pb)
-    return float(min(1.0, max(0.0, s)))
+    return _piecewise(p, p0, pb, p1)
 
 
 def seed_noise_sigma(phi_std: float, anchors: Anchors, direction: str, transform: str,
                      upper: bool = True) -> float:
     """One seed's std of sigma, from the seed std of phi: on the upper branch (above 0.1) or the lower."""
-    p0, pb, p1 = (phi(a, direction, transform) for a in (anchors.no_info, anchors.baseline, anchors.best))
+    p0, pb, p1 = _anchor_phis(anchors, direction, transform)
     return float(0.9 * phi_std / (p1 - pb) if upper else 0.1 * phi_std / (pb - p0))
 
 
@@ -58,10 +67,7 @@ def pooled_sigma(phis: list[float | None], anchors: Anchors, direction: str, tra
     valid = [p for p in phis if p is not None and math.isfinite(p)]
     if not valid:
         return 0.0
-    p0, pb, p1 = (phi(a, direction, transform) for a in (anchors.no_info, anchors.baseline, anchors.best))
-    p = sum(valid) / len(valid)
-    s = 0.1 * (p - p0) / (pb - p0) if p <= pb else 0.1 + 0.9 * (p - pb) / (p1 - pb)
-    return float(min(1.0, max(0.0, s))) * len(valid) / len(phis)
+    return _piecewise(sum(valid) / len(valid), *_anchor_phis(anchors, direction, transform)) * len(valid) / len(phis)
 
 
 def bootstrap_interval(values: list, level: float = 0.95, n: int = 2000, seed: int = 0,

@@ -60,7 +60,6 @@ class Task:
     prepare: str | None
     data_env: str | None
     metric: Metric
-    proxy_command: str | None
     scales: dict[str, ScaleBudget]
     deterministic: bool = False     # the shipped algorithm ignores --seed (e.g. magnitude pruning)
 
@@ -104,7 +103,7 @@ def load_task(name: str) -> Task:
 def parse_task(raw: Any, where: str) -> Task:
     d = _take(raw, where,
               {"name", "family", "description", "repo", "grader", "editable", "entry", "model", "metric", "scales"},
-              {"protected", "checkpoint_metadata", "data", "proxy", "deterministic"})
+              {"protected", "checkpoint_metadata", "data", "deterministic"})
     if not isinstance(d.get("deterministic", False), bool):
         raise TaskError(f"{where}: deterministic must be true or false, got {d['deterministic']!r}")
     ed = _take(d["editable"], f"{where}: editable", {"files"}, {"folder"})
@@ -116,7 +115,6 @@ def parse_task(raw: Any, where: str) -> Task:
     if metric["transform"] == "neg_log" and metric["direction"] != "min":
         raise TaskError(f"{where}: transform neg_log is for a positive metric where lower is better (direction: min)")
     data = _take(d.get("data") or {}, f"{where}: data", set(), {"checksums", "validation", "prepare", "env"})
-    proxy = _take(d.get("proxy") or {}, f"{where}: proxy", set(), {"command"})
     scales = {}
     for s, b in d["scales"].items():
         if s not in SCALES:
@@ -141,6 +139,6 @@ def parse_task(raw: Any, where: str) -> Task:
         checkpoint_metadata=tuple(d.get("checkpoint_metadata") or ()),
         data_checksums=data.get("checksums"), validation_files=tuple(data.get("validation") or ()),
         prepare=data.get("prepare"), data_env=data.get("env"),
-        metric=Metric(**metric), proxy_command=proxy.get("command"), scales=scales,
+        metric=Metric(**metric), scales=scales,
         deterministic=d.get("deterministic", False),
     )

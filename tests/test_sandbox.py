@@ -2,6 +2,7 @@
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
@@ -40,8 +41,10 @@ def test_agent_cannot_read_the_hidden_grader_or_the_project(tmp_path):
     secrets = PROJECT_ROOT / "grader_hidden" / "optimizer" / "secrets.yaml"
     script = f"""
 import os, importlib.util
-for p in [{str(secrets)!r}, {str(PROJECT_ROOT / 'README.md')!r}, {str(PROJECT_ROOT)!r}]:
+for p in [{str(secrets)!r}, {str(PROJECT_ROOT / 'README.md')!r}]:
     print(p, 'EXISTS' if os.path.exists(p) else 'absent')
+root = {str(PROJECT_ROOT.resolve())!r}
+print('root holds:', sorted(os.listdir(root)) if os.path.isdir(root) else None)
 print('ai4ai importable:', importlib.util.find_spec('ai4ai') is not None)
 import torch, ai4ai_kernels
 ce = ai4ai_kernels.cross_entropy(torch.zeros(2, 8), torch.tensor([1, 3]))
@@ -56,6 +59,10 @@ print('walk found:', found)
     out, log = _run(sb, tmp_path, script)
     assert out.returncode == 0, log
     assert "EXISTS" not in log
+    # a venv inside the checkout is bound so the interpreter runs: its folder alone shows
+    venv = Path(sys.prefix).resolve()
+    inside = venv.is_relative_to(PROJECT_ROOT.resolve()) and venv != PROJECT_ROOT.resolve()
+    assert f"root holds: {[venv.relative_to(PROJECT_ROOT.resolve()).parts[0]] if inside else None}" in log, log
     assert "ai4ai importable: False" in log
     assert "kernels importable: True" in log
     assert "walk found: []" in log

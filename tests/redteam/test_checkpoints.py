@@ -113,13 +113,16 @@ def test_snapshot_takes_three_regular_files_and_never_blocks(tmp_path):
 
 def test_read_metadata_whitelist(tmp_path):
     """Route 5: metadata outside the whitelist, nested values, a non-object, a huge file.
-    Gains nothing: only whitelisted keys with scalar values are read; anything else reads as empty."""
-    from ai4ai.evaluation import read_metadata
+    Gains nothing: only whitelisted keys are read; a whitelisted key with a nested value, a non-object
+    or a huge file is malformed metadata (the candidate is invalid), never a crash."""
+    import pytest
+    from ai4ai.evaluation import InvalidCheckpoint, read_metadata
     c = tmp_path / "ckpt_00000001.safetensors"
     meta = c.with_suffix(".json")
-    meta.write_text(json.dumps({"step": 1, "tokens_seen": {"nested": 1}, "selection_metric": 0.0}))
-    assert read_metadata(c, ["step", "tokens_seen"]) == {"step": 1}
-    meta.write_text("[1, 2]")
-    assert read_metadata(c, ["step"]) == {}
-    meta.write_text(json.dumps({"step": 1, "pad": "x" * 70_000}))
-    assert read_metadata(c, ["step"]) == {}
+    meta.write_text(json.dumps({"step": 1, "tokens_seen": 2, "selection_metric": {"nested": 0.0}}))
+    assert read_metadata(c, ["step", "tokens_seen"]) == {"step": 1, "tokens_seen": 2}
+    for text in (json.dumps({"step": 1, "tokens_seen": {"nested": 1}}), "[1, 2]",
+                 json.dumps({"step": 1, "pad": "x" * 70_000})):
+        meta.write_text(text)
+        with pytest.raises(InvalidCheckpoint, match="malformed metadata"):
+            read_metadata(c, ["step", "tokens_seen"])

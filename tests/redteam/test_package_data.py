@@ -5,7 +5,6 @@ installed package bundles. Looked for from inside the real training sandbox."""
 import json
 from pathlib import Path
 
-import pytest
 
 from ai4ai.package_data import DATASETS, RUNTIME, bwrap_args, hidden_paths, python_dirs
 from ai4ai.sandbox import Mount

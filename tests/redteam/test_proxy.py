@@ -45,7 +45,7 @@ def test_malformed_and_hostile_requests(tmp_path, task, pristine):
         assert r["ok"] is False and "cmd" in r["error"]
     srv.calls = MAX_CALLS
     r = srv.handle({"cmd": "score", "out": "/etc", "workspace": "/", "call": "../../x"})
-    assert r == {"ok": False, "error": f"proxy call limit ({MAX_CALLS}) reached"}
+    assert r == {"ok": False, "reason": "call_limit", "error": f"proxy call limit ({MAX_CALLS}) reached"}
     srv.trajectory_path.touch()
     r = srv.handle({"cmd": "submit", "workspace": str(task.grader), "patch": "../../pwned"})
     assert r["ok"] and r["files"] == []
