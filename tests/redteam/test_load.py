@@ -18,8 +18,8 @@ BURN = "import time as _t\n_t0 = _t.process_time()\nwhile _t.process_time() - _t
 
 @pytest.fixture
 def saturated_host():
-    """Three busy processes outside any sandbox: a 2-core host with no idle capacity."""
-    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    """Four busy processes outside any sandbox: a 2-core host with no idle capacity."""
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
     yield
     for p in spin:
         p.kill()
@@ -56,9 +56,9 @@ def test_starved_training_is_an_error_not_a_lower_score(tmp_path, task, pristine
     Gains nothing and loses nothing: not graded on what it managed to write, but an `error` that
     says the machine was loaded (retried on rerun)."""
     with pytest.raises(EnvironmentFault, match="too loaded"):
-        _train(tmp_path, task, pristine, BURN.format(s=60), wall_s=8, cpu_s=500)
-    sub = from_patch(task, pristine, train_py_patch(task, "order = torch.Generator", BURN.format(s=60)))
-    setup = replace(grade_setup(tmp_path, task, 8), cpu_cap_s=500)
+        _train(tmp_path, task, pristine, BURN.format(s=120), wall_s=30, cpu_s=500)
+    sub = from_patch(task, pristine, train_py_patch(task, "order = torch.Generator", BURN.format(s=120)))
+    setup = replace(grade_setup(tmp_path, task, 30), cpu_cap_s=500)
     [r] = grade_seeds(setup, sub, [0], tmp_path / "grade")
     assert r.status == "error" and "too loaded" in r.reason and r.raw is None, r
 
