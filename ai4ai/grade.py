@@ -419,10 +419,15 @@ def run_training(setup: GradeSetup, train_repo: Path, seed: int, seed_dir: Path,
     elif outcome.cut == "wall" and setup.cpu_cap_s is not None:
         used = (f"{outcome.cpu_s:.0f} of {setup.cpu_cap_s:.0f} CPU-s in {outcome.wall_s:.0f} s, "
                 f"{outcome.run_delay_s:.0f} s waiting for a CPU")
+        busy = outcome.cpu_s + outcome.run_delay_s >= STARVED_SHARE * outcome.wall_s
         if outcome.lowered_priority:
             reason = f"lowered its own scheduling priority and ran past the liveness net ({used})"
-        elif outcome.run_delay_s < STARVED_SHARE * outcome.wall_s:
+        elif not busy:
             reason = f"idle past the liveness net: {used}"
+        elif outcome.run_delay_s < STARVED_SHARE * outcome.wall_s:
+            # it ran, unstarved, and met the net before its CPU cap (a net narrower than the CPU cap
+            # allows, e.g. set by hand): the wall clock was its budget, as at full; what it wrote counts
+            reason = None if ckpts else "timed out with no checkpoint"
         else:
             idle = outcome.host_idle_cores
             raise EnvironmentFault(f"cut by the liveness net under its CPU cap ({used}; host idle "

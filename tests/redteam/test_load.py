@@ -18,8 +18,10 @@ BURN = "import time as _t\n_t0 = _t.process_time()\nwhile _t.process_time() - _t
 
 @pytest.fixture
 def saturated_host():
-    """Four busy processes outside any sandbox: a 2-core host with no idle capacity."""
-    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
+    """Busy processes outside any sandbox: a 2-core host with no idle capacity. Each in a session of
+    its own: the kernel's autogroup shares CPU between sessions first, and the training sandbox
+    runs in a new session, so spinners sharing one session would leave it a whole core."""
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(6)]
     yield
     for p in spin:
         p.kill()
@@ -69,6 +71,18 @@ def test_sleeping_past_the_liveness_net_is_invalid(tmp_path, task, pristine):
     Gains nothing: it was not waiting for a CPU, so the seed is `invalid`, never retried."""
     outcome, _, reason = _train(tmp_path, task, pristine, "import time as _t\n_t.sleep(300)\n", wall_s=30, cpu_s=500)
     assert outcome.cut == "wall" and reason and reason.startswith("idle past the liveness net"), (outcome, reason)
+
+
+@needs_bwrap
+def test_busy_unstarved_run_at_a_narrow_net_keeps_what_it_wrote(tmp_path, task, pristine):
+    """A net set narrower than the CPU cap allows: a busy, unstarved run meets it first. Not idle and
+    not the machine's fault: the wall clock was its budget, and its checkpoints count."""
+    code = "from checkpoint import save_checkpoint as _save\n_save(model, args.out, 1)\n" + BURN.format(s=600)
+    try:
+        outcome, ckpts, reason = _train(tmp_path, task, pristine, code, wall_s=30, cpu_s=5000)
+    except EnvironmentFault:
+        pytest.skip("the host starved this run (the other branch, tested above)")
+    assert outcome.cut == "wall" and reason is None and ckpts, (outcome, reason)
 
 
 @needs_bwrap
