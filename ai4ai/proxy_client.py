@@ -63,23 +63,12 @@ def main() -> int:
     elif args and args[0] in ("-h", "--help"):
         print(__doc__)
         return 0
-    path = os.environ.get("AI4AI_PROXY_SOCKET", "/run/ai4ai/proxy.sock")
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        s.connect(path)
+        reply = ask(cmd)
     except OSError as e:
+        path = os.environ.get("AI4AI_PROXY_SOCKET", "/run/ai4ai/proxy.sock")
         print(f"ai4ai-proxy: cannot reach the harness at {path}: {e}", file=sys.stderr)
         return 2
-    with s:
-        s.sendall(json.dumps({"cmd": cmd}).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    try:
-        reply = json.loads(data)
     except ValueError:
         print("ai4ai-proxy: malformed reply from the harness", file=sys.stderr)
         return 2
