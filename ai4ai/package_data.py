@@ -121,10 +121,10 @@ def hidden_paths(roots: list[Path] | None = None) -> list[Path]:
     return list(_cached(tuple(roots or python_dirs())))
 
 
-def bwrap_args(paths: list[Path]) -> list[str]:
+def bwrap_args(paths: list[Path], inside=str) -> list[str]:
     """bwrap arguments hiding `paths`, to follow the binds of the interpreter's folders: an empty
-    tmpfs over a folder, /dev/null over a file."""
+    tmpfs over a folder, /dev/null over a file; `inside` maps a host path to where it is bound."""
     out = []
     for p in paths:
-        out += ["--tmpfs", str(p)] if p.is_dir() else ["--ro-bind", "/dev/null", str(p)]
+        out += ["--tmpfs", inside(str(p))] if p.is_dir() else ["--ro-bind", "/dev/null", inside(str(p))]
     return out

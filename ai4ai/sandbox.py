@@ -260,6 +260,29 @@ def _python_dirs() -> list[Path]:
     return out
 
 
+# A virtual environment inside the project's checkout (`python -m venv .venv`, the common layout) is
+# bound here, not at its host path: its host path would make the checkout's own folder appear in
+# the sandbox, which tells a phase where the project lives. Python finds a venv from the path it
+# was started by (pyvenv.cfg beside or above it), so the moved venv works as it is.
+VENV_INSIDE = "/opt/ai4ai/venv"
+
+
+def _moved_venv() -> str | None:
+    """The host path of the interpreter's venv when it lies inside the project (bound at VENV_INSIDE)."""
+    prefix = Path(sys.prefix)
+    if prefix != Path(sys.base_prefix) and _under(prefix, PROJECT_ROOT) and prefix.resolve() != PROJECT_ROOT.resolve():
+        return str(prefix)
+    return None
+
+
+def inside_path(host: str) -> str:
+    """Where a host path of the interpreter's appears inside bwrap (itself, unless the venv moved)."""
+    venv = _moved_venv()
+    if venv and (host == venv or host.startswith(venv + "/")):
+        return VENV_INSIDE + host[len(venv):]
+    return host
+
+
 def _set_subreaper() -> None:
     # Orphans of a phase (double forks, setsid daemons) reparent to us, so we can end them.
     try:
@@ -297,7 +320,8 @@ class Sandbox:
         home = self.path(home_inside)
         env = {
             # the harness's interpreter first, so `python` in a phase has the same packages
-            "PATH": os.path.dirname(sys.executable) + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
+            "PATH": (inside_path if self.backend == "bwrap" else str)(os.path.dirname(sys.executable))
+                    + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": home, "TMPDIR": self.path(home_inside + "/tmp") if self.backend == "none" else "/tmp",
             "XDG_CACHE_HOME": f"{home}/.cache", "TRITON_CACHE_DIR": f"{home}/.cache/triton",
             "TORCHINDUCTOR_CACHE_DIR": f"{home}/.cache/inductor", "HF_HOME": f"{home}/.cache/hf",
@@ -338,9 +362,9 @@ class Sandbox:
         for knob in PROC_READ_ONLY:
             a += ["--ro-bind-try", knob, knob]
         a += ["--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
-        binds = [(str(d), str(d), False) for d in _python_dirs()]
+        binds = [(str(d), inside_path(str(d)), False) for d in _python_dirs()]
         # datasets shipped inside installed packages are data outside every budget: hidden
-        hide = package_data.bwrap_args(package_data.hidden_paths()) if self.hide_package_data else []
+        hide = package_data.bwrap_args(package_data.hidden_paths(), inside_path) if self.hide_package_data else []
         for m in self.mounts:
             if _under(PROJECT_ROOT, m.host) and not m.host.resolve() == KERNELS_DIR.resolve():
                 raise SandboxError(f"refusing to mount {m.host}: it contains the project root")
@@ -366,8 +390,8 @@ class Sandbox:
                 a += ["--dev-bind", str(dev), str(dev)]
         a += ["--chdir", cwd_inside, "--"]
         if user is not None:
-            a += [sys.executable, "-I", "-S", "-c", _DROP, str(user[0]), str(user[1])]
-        return a + command
+            a += [inside_path(sys.executable), "-I", "-S", "-c", _DROP, str(user[0]), str(user[1])]
+        return a + [inside_path(command[0]), *command[1:]] if command else a
 
     def run(self, command: list[str], cwd_inside: str, timeout_s: float, log_path: Path,
             on_line: Callable[[str], None] | None = None, grace_s: float = GRACE_S,

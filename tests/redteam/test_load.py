@@ -28,8 +28,8 @@ def saturated_host():
         p.wait()
 
 
-def _train(tmp_path, task, pristine, code, wall_s, cpu_s):
-    sub = from_patch(task, pristine, train_py_patch(task, "order = torch.Generator", code))
+def _train(tmp_path, task, pristine, code, wall_s, cpu_s, after="order = torch.Generator"):
+    sub = from_patch(task, pristine, train_py_patch(task, after, code))
     repo = build_training_copy(task, sub, tmp_path / "train_repo")
     setup = replace(grade_setup(tmp_path, task, wall_s), cpu_cap_s=cpu_s)
     return run_training(setup, repo, 0, tmp_path / "seed_0", [], {}, "probe")
@@ -89,8 +89,10 @@ def test_busy_unstarved_run_at_a_narrow_net_keeps_what_it_wrote(tmp_path, task, 
 def test_lowering_its_own_priority_on_a_loaded_host_is_invalid(tmp_path, task, pristine, saturated_host):
     """The same escape on a loaded host: nice 19, so that load starves it and the cut looks like the
     machine's fault. Gains nothing: a tree that lowered its own priority owns its waiting."""
+    # at the top of train.py, before its imports: under this load the imports alone can outlast the
+    # 30 s net, and a probe that never reached its nice() would test nothing
     code = "import os as _os\n_os.nice(19)\n" + BURN.format(s=60)
-    outcome, _, reason = _train(tmp_path, task, pristine, code, wall_s=30, cpu_s=500)
+    outcome, _, reason = _train(tmp_path, task, pristine, code, wall_s=30, cpu_s=500, after="import argparse")
     assert outcome.lowered_priority and reason and "lowered its own scheduling priority" in reason, (outcome, reason)
 
 

@@ -44,8 +44,15 @@ def _probe(sb, tmp_path, script=PROBE, tag="PROBE", cwd="/repo"):
     return json.loads(line[len(tag) + 1:]) if tag == "PROBE" else line
 
 
+def _sites(rel: str) -> list[Path]:
+    """Every copy of `rel` in the interpreter's folders: a venv and the interpreter it was made from
+    (bound too, for the standard library) can each hold the same package."""
+    found = {p for d in python_dirs() for p in (Path(d) / rel, *Path(d).glob(f"lib/python*/site-packages/{rel}"))}
+    return sorted(p for p in found if p.exists())
+
+
 def _site(rel: str) -> Path:
-    return next(Path(d) / rel for d in python_dirs() if (Path(d) / rel).exists())
+    return _sites(rel)[0]
 
 
 def test_the_bundled_datasets_are_found():
@@ -53,13 +60,13 @@ def test_the_bundled_datasets_are_found():
     tests, and nothing a package reads at run time."""
     hidden = set(hidden_paths())
     for rel in DATASETS:
-        assert _site(rel) in hidden, rel
+        assert _sites(rel) and set(_sites(rel)) <= hidden, rel
     assert _site("sklearn/datasets/data") in hidden and (_site("sklearn/datasets/data") / "digits.csv.gz").exists()
     assert _site("scipy/stats/tests") in hidden
     for rel in RUNTIME:
-        p = _site(rel) if any((Path(d) / rel).exists() for d in python_dirs()) else None
-        assert p is None or not any(p == h or p.is_relative_to(h) for h in hidden), rel
-    datasets = {_site(rel) for rel in DATASETS}
+        for p in _sites(rel):
+            assert not any(p == h or p.is_relative_to(h) for h in hidden), rel
+    datasets = {p for rel in DATASETS for p in _sites(rel)}
     for h in hidden:
         assert h not in python_dirs(), h
         # a folder of code is hidden only when it is a test suite or a bundled dataset
