@@ -1,36 +1,43 @@
-"""Anchors and their calibration records: grader_hidden/<task>/anchors.yaml.
+"""Anchors: find them, calibrate them when missing, store them, and derive a run's caps from them.
 
-A record is keyed by (task, scale, task version, device class, torch minor version). DESIGN.md
-keys anchors by the global benchmark version; the task version (provenance.task_version) is
-that hash restricted to what this task depends on, so adding an eleventh task does not void
-the anchors of the other ten.
-At the metered scales (ci, smoke) the budget is counted in data served, not seconds, so a
-record from another CPU with the same thread count is accepted when no exact one exists;
-the result says so (`provenance.match: metered-cpu`). At `full` only an exact match counts.
+    python -m ai4ai.calibrate task=optimizer scale=smoke      (the command; this is its library)
+
+Records live in grader_hidden/<task>/anchors.yaml, keyed by (task, scale, task version, device
+class, torch minor version) (context.Key). DESIGN.md keys anchors by the global benchmark
+version; the task version (provenance.task_version) is that hash restricted to what this task
+depends on, so adding an eleventh task does not void the anchors of the other ten.
+At the metered scales (ci, smoke) the budget is counted in data served and CPU time, not wall
+seconds, so a record from another CPU with the same thread count is accepted when no exact one
+exists; the result says so (`provenance.match: metered-cpu`). At `full` only an exact match counts.
+
+Calibration: the 0 anchor is the hidden grader's no-information model through the hidden
+evaluation; the 0.1 anchor the shipped algorithm trained on the calibration seeds (disjoint from
+the grader seeds), selected and evaluated exactly as a submission is; the 1.0 anchor the grader's
+best attainable value on the same test split. It also records the shipped algorithm's training
+wall and CPU time, from which the caps derive.
 """
 from __future__ import annotations
 
 import fcntl
-from dataclasses import dataclass
+import socket
+import statistics
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
-from .scoring import Anchors
+from .console import say
+from .context import Key, RunContext
+from .evaluation import EvalSpec, run_worker
+from .grading import grade_seeds
+from .layout import RunDir, write_json
+from .provenance import versions
+from .scoring import Anchors, phi, phi_mean_raw
+from .submission import Submission
+from .task import Task
 
 METERED_SCALES = ("ci", "smoke")
-
-
-@dataclass(frozen=True)
-class Key:
-    task: str
-    scale: str
-    task_version: str
-    device_class: str
-    torch: str
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -106,3 +113,136 @@ def store(grader_dir: Path, record: dict) -> Path:
                        + yaml.safe_dump({"records": recs}, sort_keys=False, width=120))
         tmp.replace(path)
     return path
+
+
+# --------------------------------------------------------------------------- caps
+
+# At the metered scales the wall clock is only a liveness net this many times wider than the cap
+# it replaced (cap_factor x the shipped wall time): seen here, a 2-core host loaded by two other
+# gradings ran the shipped optimizer at a third of its idle speed.
+LIVENESS_FACTOR = 4.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    wall_s: float                  # --budget-s and the harness's wall-clock cut
+    cpu_s: float | None            # the training tree's CPU cap; None where the wall clock binds
+    source: str                    # how the caps were derived, for the record
+
+
+def budget(task: Task, scale: str, record: Record | None, threads: int) -> Budget:
+    """The caps of one training run.
+
+    full: the wall clock binds, cap_factor x the shipped algorithm's wall time on this device
+    class. ci and smoke: compute is capped in CPU time, cap_factor x the shipped algorithm's
+    CPU time, which load does not change; the wall clock becomes a liveness net."""
+    b = task.scale(scale)
+    if record is None:
+        return Budget(b.default_cap_s, None, "uncalibrated: default wall cap")
+    wall_cap = max(b.cap_min_s, b.cap_factor * record.train_wall_s)
+    if scale not in METERED_SCALES:
+        return Budget(wall_cap, None, f"wall: {b.cap_factor} x shipped {record.train_wall_s:.1f} s")
+    if record.train_cpu_s is not None:
+        cpu, how = b.cap_factor * record.train_cpu_s, f"{b.cap_factor} x shipped {record.train_cpu_s:.1f} CPU-s"
+    else:   # a record from before CPU accounting: its wall time x threads bounds the CPU it used
+        cpu = b.cap_factor * record.train_wall_s * threads
+        how = f"{b.cap_factor} x shipped wall {record.train_wall_s:.1f} s x {threads} threads (record has no CPU time)"
+    return Budget(LIVENESS_FACTOR * wall_cap, round(cpu, 1), f"cpu: {how}; wall liveness net {LIVENESS_FACTOR} x {wall_cap:.0f} s")
+
+
+def with_budget(ctx: RunContext, record: Record | None, **changes) -> RunContext:
+    """`ctx` with the caps a training run gets under `record` (and any other fields changed)."""
+    b = budget(ctx.task, ctx.scale, record, ctx.threads)
+    return replace(ctx, cap_s=b.wall_s, cpu_cap_s=b.cpu_s, **changes)
+
+
+# --------------------------------------------------------------------------- calibration
+
+def empty_submission() -> Submission:
+    return Submission(files={}, rejected={}, patch="", lines_added=0, lines_removed=0)
+
+
+def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None) -> dict:
+    """Measure the anchors of ctx's task on this device class and store them; returns the record."""
+    task, b = ctx.task, ctx.task.scale(ctx.scale)
+    seeds = seeds or list(b.calibration_seeds)
+    if len(seeds) < 5:
+        raise SystemExit(f"calibration needs at least 5 seeds, got {seeds}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    say(f"calibrating {task.name} at {ctx.scale} on {ctx.key.device_class}: seeds {seeds}")
+    shipped = replace(ctx, run_dir=workdir, cap_s=b.default_cap_s, cpu_cap_s=None, nonce=None)
+    results = grade_seeds(shipped, empty_submission(), seeds, workdir / "shipped")
+    bad = [r for r in results if r.status != "graded"]
+    if bad:
+        raise RuntimeError("the shipped algorithm failed during calibration: "
+                           + "; ".join(f"seed {r.seed}: {r.status} {r.reason}" for r in bad))
+    spec = EvalSpec(task=task.name, repo=str(workdir / "shipped" / ".pristine"), grader=str(task.grader),
+                    model=task.model, scale=ctx.scale, candidates=[], direction=task.metric.direction,
+                    transform=task.metric.transform, metadata_keys=[], device=ctx.device, threads=ctx.threads,
+                    mode="anchors")
+    ref = run_worker(spec, workdir / "anchors_eval")
+    best = float(task.metric.best) if not isinstance(task.metric.best, str) else ref["best"]
+    if best is None:
+        raise RuntimeError(f"metric.best is {task.metric.best!r} but the grader has no best_attainable()")
+    raws = [r.raw for r in results]
+    phis = [phi(x, task.metric.direction, task.metric.transform) for x in raws]
+    walls = [r.train_s for r in results]
+    cpus = [r.cpu_s for r in results]
+    baseline = phi_mean_raw(task, raws)
+    vals = [r.validation_metric for r in results if r.validation_metric is not None]
+    se = [r.test_excess_se for r in results if r.test_excess_se is not None]
+    record = {
+        "key": ctx.key.as_dict(),
+        "anchors": {"no_info": ref["no_info"], "baseline": baseline, "best": best},
+        "validation": ({"no_info": ref["validation_no_info"], "baseline": phi_mean_raw(task, vals),
+                        "best": best if not isinstance(task.metric.best, str) else ref["validation_best"]}
+                       if vals and ref.get("validation_no_info") is not None else None),
+        "seeds": seeds, "baseline_per_seed": raws,
+        "phi_std": statistics.stdev(phis),
+        "test_excess_se": max(se) if se else None,
+        "train_wall_s": {"per_seed": walls, "mean": statistics.mean(walls), "max": max(walls)},
+        "train_cpu_s": {"per_seed": cpus, "mean": statistics.mean(cpus), "max": max(cpus)},
+        "provenance": {"calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
+                       "sandbox": ctx.backend, "calibration_s": round(time.monotonic() - t0, 1),
+                       "benchmark_version_at_calibration": ctx.version,
+                       "command": f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale}",
+                       **versions()},
+    }
+    path = store(task.grader, record)
+    slug = ctx.key.device_class.replace(":", "_").replace(" ", "_").replace("/", "_")
+    detail = task.grader / "calibration" / f"{ctx.scale}__{slug}__{ctx.key.task_version}.json"
+    detail.parent.mkdir(exist_ok=True)
+    write_json(detail, {**record, "per_seed": [r.as_dict() for r in results]})
+    a = record["anchors"]
+    say(f"anchors stored in {path}: no_info {a['no_info']:.4f}, baseline {a['baseline']:.4f} "
+        f"(phi std {record['phi_std']:.4f} over {len(seeds)} seeds), best {a['best']:.4f}; "
+        f"shipped training {record['train_wall_s']['mean']:.1f} s, {record['train_cpu_s']['mean']:.1f} CPU-s per seed")
+    return record
+
+
+def estimate_calibration_s(ctx: RunContext) -> tuple[float, bool]:
+    """Rough time of a calibration: from any earlier record of this task and scale, else the cap."""
+    b = ctx.task.scale(ctx.scale)
+    walls = train_walls(ctx.task.grader, ctx.task.name, ctx.scale)
+    per_seed = (max(walls) if walls else b.default_cap_s) + 15
+    return per_seed * len(b.calibration_seeds), bool(walls)
+
+
+def estimate_text(ctx: RunContext) -> str:
+    s, measured = estimate_calibration_s(ctx)
+    return f"about {s / 60:.0f} min" if measured else f"at most {s / 60:.0f} min (no earlier calibration to go by)"
+
+
+def ensure(ctx: RunContext) -> Record:
+    """The anchors of ctx's key; calibrated first (into <run>/calibration) when none are stored."""
+    rec = find(ctx.task.grader, ctx.key)
+    if rec is not None:
+        return rec
+    say(f"no anchors for {ctx.key.task}/{ctx.key.scale} on {ctx.key.device_class} (task version {ctx.key.task_version}); "
+        f"calibrating first, {estimate_text(ctx)}")
+    calibrate(ctx, RunDir(ctx.run_dir).calibration)
+    rec = find(ctx.task.grader, ctx.key)
+    if rec is None:
+        raise RuntimeError("calibration finished but no matching anchor record was stored")
+    return rec

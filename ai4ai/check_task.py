@@ -2,207 +2,22 @@
 
     python -m ai4ai.check_task task=optimizer [stats=false] [scale=smoke] [calibrate=true]
 
-Prints one line per check (PASS / FAIL / WARN with what to fix) and exits 1 on any FAIL.
+Prints one line per check (PASS / FAIL / WARN with what to fix) and exits 1 on any FAIL
+(task_checks.py is the library).
 """
-from __future__ import annotations
-
-import ast
-import hashlib
-import math
-import shlex
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-from . import CONF_DIR, PROJECT_ROOT
-from .console import say
-from .grade import grade_seeds, score_seeds, setup_for
-from .hidden import REQUIRED, load_grader
-from .pipeline import context, ensure_anchors, hydra_run_dir
-from .scoring import phi, seed_noise_sigma
-from .submission import PatchFormatError, from_patch
-from .task import Task, TaskError, load_task
-
-EXAMPLE_MARGIN = 3.0        # an example must beat 0.1 by more than 3 x the seed noise
-ANCHOR_MARGIN = 5.0         # anchors must be separated by more than 5 x the seed std of phi
-TOY_LEVEL = 0.8             # no known method may reach this
-EVAL_NOISE_MAX = 0.01       # the test split's own sampling noise, in sigma
-
-
-@dataclass
-class Report:
-    lines: list
-    failed: int = 0
-
-    def check(self, ok: bool, what: str, why: str = "") -> bool:
-        self.lines.append(("PASS" if ok else "FAIL", what, "" if ok else why))
-        print(f"  {'PASS' if ok else 'FAIL'}  {what}" + ("" if ok else f"\n        -> {why}"), flush=True)
-        self.failed += not ok
-        return ok
-
-    def warn(self, what: str, why: str) -> None:
-        self.lines.append(("WARN", what, why))
-        print(f"  WARN  {what}\n        -> {why}", flush=True)
-
-
-def _rel(p: Path) -> str:
-    try:
-        return str(Path(p).relative_to(PROJECT_ROOT))
-    except ValueError:
-        return str(p)
-
-
-def contract_checks(task: Task, rep: Report) -> None:
-    repo = task.repo
-    rep.check(repo.is_dir(), f"repo {_rel(repo)} exists", "create it (copy repos_frozen/optimizer)")
-    rep.check((repo / "README.md").is_file(), "repo README.md exists (what the agent reads)", "write README.md")
-    script = next((a for a in shlex.split(task.entry) if a.endswith(".py")), None)
-    rep.check(script is not None and (repo / script).is_file(), f"entry script of {task.entry!r} exists",
-              "entry must name a .py file in the repo, e.g. 'python train.py'")
-    for f in task.editable_files:
-        rep.check((repo / f).is_file(), f"editable file {f} exists", f"{f} is listed under editable.files but missing")
-    if task.editable_folder:
-        rep.check((repo / task.editable_folder).is_dir(), f"editable folder {task.editable_folder}/ exists",
-                  "create it (it may hold only __init__.py)")
-    for f in task.protected:
-        rep.check((repo / f).is_file(), f"protected file {f} exists", f"{f} is listed under protected but missing")
-        rep.check(not task.is_editable(f), f"{f} is not both protected and editable", "remove it from one list")
-    mod, fn = task.model.split(":")
-    mod_file = repo / (mod.replace(".", "/") + ".py")
-    defines = mod_file.is_file() and any(isinstance(n, ast.FunctionDef) and n.name == fn
-                                         for n in ast.parse(mod_file.read_text()).body)
-    rep.check(defines, f"model builder {task.model} is defined", f"{mod_file} must define {fn}(scale)")
-    rep.check(not task.is_editable(mod_file.name), "the model definition is protected", "do not list it as editable")
-    if task.data_checksums:
-        sums = repo / task.data_checksums
-        if rep.check(sums.is_file(), f"{task.data_checksums} exists", "write sha256sum lines for every data file"):
-            for line in sums.read_text().splitlines():
-                digest, name = line.split()
-                f = sums.parent / name
-                if not f.exists():
-                    rep.warn(f"data file {name}", "not committed (made by the prepare step at its scale)")
-                    continue
-                rep.check(hashlib.sha256(f.read_bytes()).hexdigest() == digest, f"checksum of data/{name}",
-                          "the file changed since SHA256SUMS was written; regenerate it with the prepare step")
-    for v in task.validation_files:
-        rep.check((repo / v).is_file(), f"validation split {v} exists", "the proxy evaluation needs it")
-    try:
-        g = load_grader(task.name, task.grader)
-        rep.check(True, f"hidden grader {_rel(task.grader)} exports {', '.join(REQUIRED)}")
-        rep.check({"selection", "test"} <= set(g.SPLITS), "grader has selection and test splits",
-                  "SPLITS must name 'selection' and 'test'")
-        if isinstance(task.metric.best, str):
-            rep.check(hasattr(g, "best_attainable"), f"grader implements best_attainable (metric.best={task.metric.best})",
-                      "add best_attainable(split, cfg) or give metric.best as a number")
-        if task.prepare:
-            rep.check(hasattr(g, task.prepare), f"grader implements {task.prepare}()", "data.prepare names a missing function")
-    except Exception as e:  # noqa: BLE001 - report any import failure as a failed check
-        rep.check(False, f"hidden grader {task.grader} loads", f"{type(e).__name__}: {e}")
-    for p in sorted((PROJECT_ROOT / "examples" / task.name).glob("*.patch")):
-        try:
-            sub = from_patch(task, task.repo, p.read_text())
-            rep.check(not sub.rejected and sub.files, f"example {p.name} applies cleanly",
-                      f"rejected: {sub.rejected}" if sub.rejected else "it changes nothing")
-        except PatchFormatError as e:
-            rep.check(False, f"example {p.name} is a unified diff", str(e))
-
-
-def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) -> None:
-    ctx = context(cfg, run_dir)
-    if ctx.scale != "smoke":
-        rep.warn(f"statistics at {ctx.scale}", "DESIGN.md's checks are defined at smoke; reported for information")
-    if str(cfg.calibrate) == "true":
-        from .calibrate import calibrate_ctx
-        calibrate_ctx(ctx, run_dir / "calibration", progress=bool(cfg.progress))
-    rec = ensure_anchors(ctx, cfg)
-    a, m = rec.anchors, task.metric
-    p0, pb, p1 = (phi(x, m.direction, m.transform) for x in (a.no_info, a.baseline, a.best))
-    se = rec.raw.get("test_excess_se")
-    # The noise floor: the seed std of phi, or the test split's own standard error where that is
-    # larger (a deterministic shipped algorithm has no seed spread at all).
-    sd = max(rec.phi_std, se or 0.0)
-    if task.deterministic:
-        rep.check(se is not None, "a deterministic task measures its evaluation noise",
-                  "deterministic: true needs evaluate_with_noise() in the grader (its noise floor)")
-    rep.check(pb - p0 > ANCHOR_MARGIN * sd, f"shipped above no-info by {(pb - p0) / max(sd, 1e-12):.1f} x noise",
-              f"phib - phi0 = {pb - p0:.4g} must exceed {ANCHOR_MARGIN} x {sd:.4g}: the shipped algorithm barely learns")
-    rep.check(p1 - pb > ANCHOR_MARGIN * sd, f"best above shipped by {(p1 - pb) / max(sd, 1e-12):.1f} x noise",
-              f"phi1 - phib = {p1 - pb:.4g} must exceed {ANCHOR_MARGIN} x {sd:.4g}: no headroom above the noise")
-    noise = seed_noise_sigma(sd, a, m.direction, m.transform)   # the steeper (upper) branch
-    if se is not None:
-        ev = 0.9 * se / (p1 - pb)
-        rep.check(ev <= EVAL_NOISE_MAX, f"test split sampling noise moves sigma by {ev:.4f}",
-                  f"must be <= {EVAL_NOISE_MAX}: enlarge the hidden test split")
-    else:
-        rep.warn("test split sampling noise", "the grader has no evaluate_with_noise(); not measured")
-    setup = setup_for(task, ctx.scale, ctx.device, ctx.threads, ctx.backend, rec, run_dir, progress=bool(cfg.progress))
-    seeds = list(task.scale(ctx.scale).grader_seeds)
-    say(f"grading the shipped algorithm on grader seeds {seeds}")
-    base = grade_seeds(setup, from_patch(task, task.repo, ""), seeds, run_dir / "shipped")
-    sb = score_seeds(task, base, a)
-    if rep.check(sb.status == "graded" and all(r.status == "graded" for r in base), "shipped algorithm grades",
-                 f"{sb.status}: {sb.reason}"):
-        tol = 3 * noise / math.sqrt(len(seeds))
-        rep.check(abs(sb.score - 0.1) <= tol, f"shipped algorithm on grader seeds scores {sb.score:.3f} "
-                  f"(0.1 +- {tol:.3f})", "the anchors do not reproduce on other seeds: recalibrate, or the task is "
-                  "too noisy (more calibration seeds, larger splits)")
-        digests = [hashlib.sha256((run_dir / "shipped" / f"seed_{r.seed}" / "checkpoints" / r.chosen).read_bytes())
-                   .hexdigest() for r in base]
-        if task.deterministic:
-            rep.check(len(set(digests)) == 1, "seeds give identical weights (the task declares deterministic: true)",
-                      "the shipped algorithm depends on the seed: drop deterministic from the task config")
-        else:
-            rep.check(len(set(digests)) == len(digests), "no two seeds give identical weights",
-                      "the training entry ignores --seed (if the shipped algorithm is deterministic by nature, "
-                      "say deterministic: true in the task config)")
-    examples = sorted((PROJECT_ROOT / "examples" / task.name).glob("*.patch"))
-    if cfg.examples != "all":
-        examples = [p for p in examples if p.name in set(cfg.examples)]
-    best_margin, scores = -math.inf, {}
-    for p in examples:
-        say(f"grading example {p.name}")
-        res = grade_seeds(setup, from_patch(task, task.repo, p.read_text(), scale=ctx.scale), seeds, run_dir / p.stem)
-        s = score_seeds(task, res, a)
-        scores[p.name] = s.score
-        if s.status != "graded" or s.score is None:
-            rep.check(False, f"example {p.name} grades", f"{s.status}: {s.reason}")
-            continue
-        margin = (s.score - 0.1) / noise
-        best_margin = max(best_margin, margin)
-        print(f"        {p.name}: sigma {s.score:.3f} (per seed {', '.join(f'{x:.3f}' for x in s.score_per_seed)}), "
-              f"{margin:.1f} x noise above 0.1")
-        rep.check(s.score < TOY_LEVEL, f"example {p.name} stays below {TOY_LEVEL} (sigma {s.score:.3f})",
-                  "a known method nearly solves the task: make it harder (DESIGN.md: a toy)")
-    rep.check(best_margin > EXAMPLE_MARGIN, f"an example beats 0.1 by more than {EXAMPLE_MARGIN} x noise "
-              f"(best {best_margin:.1f} x)", "add an example patch of a published improvement, or the task does "
-              "not discriminate algorithms above its noise")
-
-
-def check(cfg: DictConfig, run_dir: Path) -> int:
-    try:
-        task = load_task(cfg.task.name)
-    except TaskError as e:
-        print(f"  FAIL  task config\n        -> {e}")
-        return 1
-    rep = Report(lines=[])
-    print(f"check_task {task.name}: contract")
-    contract_checks(task, rep)
-    if cfg.stats and rep.failed == 0:
-        print(f"check_task {task.name}: statistics at {cfg.scale.name}")
-        statistical_checks(cfg, task, rep, run_dir)
-    elif cfg.stats:
-        print("statistical checks skipped: fix the contract failures first")
-    print(f"check_task {task.name}: {'OK' if rep.failed == 0 else f'{rep.failed} check(s) failed'}")
-    return 1 if rep.failed else 0
+from . import CONF_DIR
+from .entry import hydra_run_dir
+from .task_checks import check
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="check_task")
 def main(cfg: DictConfig) -> None:
-    code = check(cfg, hydra_run_dir())
-    sys.exit(code)
+    sys.exit(check(cfg, hydra_run_dir()))
 
 
 if __name__ == "__main__":

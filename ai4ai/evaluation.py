@@ -27,6 +27,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import PROJECT_ROOT
+from .hidden import load_grader
 from .scoring import phi
 
 CKPT_RE = re.compile(r"^ckpt_(\d{8})\.safetensors$")
@@ -82,7 +84,6 @@ def run_worker(spec: EvalSpec, workdir: Path, timeout_s: float = 3600) -> dict:
     spec_path.write_text(json.dumps(spec.__dict__, indent=1))
     out_path.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    from . import PROJECT_ROOT
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(PYTHONPYCACHEPREFIX=str(PROJECT_ROOT / "outputs" / ".cache" / "eval-pycache"),
                OMP_NUM_THREADS=str(spec.threads), MKL_NUM_THREADS=str(spec.threads),
@@ -211,8 +212,6 @@ def _json_depth(text: str) -> int:
 
 def _worker(spec: EvalSpec) -> dict:
     import torch
-
-    from .hidden import load_grader
 
     torch.set_num_threads(spec.threads)
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -22,11 +22,14 @@ from pathlib import Path
 
 from . import PROJECT_ROOT
 from .console import say
+from .context import RunContext
 from .evaluation import WorkerError, run_worker
-from .grade import (GradeSetup, build_training_copy, data_mounts, device_lock, eval_spec, run_training, stage_dir,
-                    training_seed, write_json)
+from .grading import eval_spec
+from .layout import RunDir, write_json
 from .scoring import Anchors, sigma
 from .submission import Submission, from_workspace
+from .training import build_training_copy, data_mounts, device_lock, run_training, stage_dir, training_seed
+from .trajectory import PROXY, SUBMIT, Trajectory
 
 MAX_REQUEST = 4096
 MAX_CALLS = 1000                 # a flood of calls ends here; each call is still charged to the window
@@ -43,7 +46,7 @@ HARNESS_FAULT = "the harness failed during this call (not your code's fault); th
 
 @dataclass
 class ProxyServer:
-    setup: GradeSetup
+    ctx: RunContext                              # the run's, with its caps and secret (anchors.with_budget)
     pristine: Path
     workspace: Path
     run_dir: Path
@@ -59,7 +62,7 @@ class ProxyServer:
 
     @property
     def trajectory_path(self) -> Path:
-        return self.run_dir / "trajectory.jsonl"
+        return RunDir(self.run_dir).trajectory
 
     def start(self) -> Path:
         """Listen on a fresh socket; returns the folder holding it (to bind into the sandbox)."""
@@ -70,7 +73,7 @@ class ProxyServer:
         path.chmod(stat.S_IRWXU | stat.S_IRWXG | stat.S_IRWXO)
         self._sock.listen(8)
         self._sock.settimeout(0.5)
-        self.trajectory_path.touch()
+        self.trajectory.start()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
         return self.sock_dir
@@ -110,10 +113,10 @@ class ProxyServer:
                     "proxy_calls": self.calls, "marked": self.marked is not None}
         if req["cmd"] == "submit":
             self.marked = self._snapshot()
-            (self.run_dir / ".harness").mkdir(exist_ok=True)
-            (self.run_dir / ".harness" / "marked.patch").write_text(self.marked.patch)
-            self._append({"event": "submit", "patch_sha256": self.marked.sha256,
-                          "rejected": self.marked.rejected})
+            rd = RunDir(self.run_dir)
+            rd.harness.mkdir(exist_ok=True)
+            rd.marked_patch.write_text(self.marked.patch)
+            self.trajectory.append(SUBMIT, patch_sha256=self.marked.sha256, rejected=self.marked.rejected)
             return {"ok": True, "reason": "ok", "marked": self.marked.sha256, "files": sorted(self.marked.files),
                     "rejected": self.marked.rejected}
         if self.calls >= MAX_CALLS:
@@ -123,22 +126,23 @@ class ProxyServer:
         except Exception:   # the harness's fault, on this call: logged in full, told to the agent in one line
             self._log_fault()
             n = self.calls
-            self._append({"event": "proxy", "call": n, "proxy_metric": None, "proxy_score": None, "status": "error",
-                          "reason": "harness_error"})
-            return {"ok": False, "metric": self.setup.task.metric.name, "proxy_metric": None, "proxy_score": None,
+            self.trajectory.append(PROXY, call=n, proxy_metric=None, proxy_score=None, status="error",
+                                   reason="harness_error")
+            return {"ok": False, "metric": self.ctx.task.metric.name, "proxy_metric": None, "proxy_score": None,
                     "reason": "harness_error", "detail": HARNESS_FAULT,
                     "train_log_tail": self._train_log_tail(self._call_dir(n)),
                     "seconds_left": round(self.deadline - time.time(), 1)}
 
     def _log_fault(self) -> None:
-        (self.run_dir / ".harness").mkdir(exist_ok=True)
+        rd = RunDir(self.run_dir)
+        rd.harness.mkdir(exist_ok=True)
         exc = sys.exc_info()[1]
-        with open(self.run_dir / ".harness" / "proxy_errors.log", "a") as f:
+        with open(rd.proxy_errors, "a") as f:
             f.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} call {self.calls}\n{traceback.format_exc()}"
                     + (f"{exc.detail}\n" if isinstance(exc, WorkerError) else ""))
 
     def _call_dir(self, n: int) -> Path:
-        return self.run_dir / ".harness" / "proxy" / f"call_{n:04d}"
+        return RunDir(self.run_dir).proxy_call(n)
 
     @staticmethod
     def _train_log_tail(call_dir: Path) -> str:
@@ -155,36 +159,36 @@ class ProxyServer:
         return self.deadline + self.credit_s - time.time()
 
     def _snapshot(self) -> Submission:
-        return from_workspace(self.setup.task, self.pristine, self.workspace, scale=self.setup.scale)
+        return from_workspace(self.ctx.task, self.pristine, self.workspace, scale=self.ctx.scale)
 
     def _score(self) -> dict:
         self.calls += 1
         n, t0 = self.calls, time.monotonic()
         sub = self._snapshot()
-        call_dir = self.run_dir / ".harness" / "proxy" / f"call_{n:04d}"
+        call_dir = self._call_dir(n)
         call_dir.mkdir(parents=True)
         (call_dir / "submission.patch").write_text(sub.patch)
         # The training process must not tell this run from a grading seed: the same sandbox, data
-        # mounts, caps and environment, a seed and folder names drawn the same way (grade.stage_dir).
-        task, setup = self.setup.task, self.setup
-        repo = build_training_copy(task, sub, stage_dir(setup) / "repo")
-        mounts, env = data_mounts(task, setup.scale, PROJECT_ROOT / "outputs" / ".cache")
+        # mounts, caps and environment, a seed and folder names drawn the same way (training.stage_dir).
+        ctx = self.ctx
+        repo = build_training_copy(ctx.task, sub, stage_dir(ctx) / "repo")
+        mounts, env = data_mounts(ctx.task, ctx.scale)
         say(f"proxy call {n}: training the agent's current code")
         t_wait = time.monotonic()
-        with device_lock(setup.device, setup.threads, priority=True):
+        with device_lock(ctx.device, ctx.threads, priority=True):
             # Waiting for the device (another grading holds it) is not the agent's doing: the wait
             # goes back to its window, and the reply says how long it was.
             waited = time.monotonic() - t_wait
             self.credit_s += waited
-            outcome, ckpts, reason = run_training(setup, repo, training_seed(setup, f"proxy {n}", n), call_dir / "run",
+            outcome, ckpts, reason = run_training(ctx, repo, training_seed(ctx, f"proxy {n}", n), call_dir / "run",
                                                   mounts, env, f"  proxy call {n}")
             metric = None
             if reason is None:
-                res = run_worker(eval_spec(self.setup, self.pristine, ckpts, mode="proxy"), call_dir / "eval")
+                res = run_worker(eval_spec(ctx, self.pristine, ckpts, mode="proxy"), call_dir / "eval")
                 metric = res.get("validation_metric")
                 if metric is None:
                     reason = "no valid checkpoint: " + "; ".join(c.get("reason", "") for c in res["candidates"])
-        m = self.setup.task.metric
+        m = ctx.task.metric
         score = sigma(metric, self.validation, m.direction, m.transform) if metric is not None and self.validation else None
         self.snapshots.append((score, sub))
         # reason (harness-written text) -> a word of REASONS, in run_training's order of checks
@@ -193,21 +197,19 @@ class ProxyServer:
             "training_failed" if (not outcome.timed_out and outcome.returncode != 0) else \
             "no_checkpoint" if not ckpts else "invalid_checkpoint"
         detail = None if reason is None else _short(reason.split(": ", 1)[0] if code == "training_failed" else reason)
-        rec = {"event": "proxy", "call": n, "patch_sha256": sub.sha256, "proxy_metric": metric, "proxy_score": score,
-               "status": "ok" if reason is None else "invalid", "reason": code, "detail": detail,
-               "duration_s": round(time.monotonic() - t0, 2), "lock_wait_s": round(waited, 2), "rejected": sub.rejected}
-        self._append(rec)
+        rec = self.trajectory.append(PROXY, call=n, patch_sha256=sub.sha256, proxy_metric=metric, proxy_score=score,
+                                     status="ok" if reason is None else "invalid", reason=code, detail=detail,
+                                     duration_s=round(time.monotonic() - t0, 2), lock_wait_s=round(waited, 2),
+                                     rejected=sub.rejected)
         return {"ok": reason is None, "metric": m.name, "proxy_metric": metric, "proxy_score": score,
                 "reason": code, "detail": detail, "train_log_tail": self._train_log_tail(call_dir),
                 "duration_s": rec["duration_s"], "lock_wait_s": rec["lock_wait_s"], "rejected": sub.rejected,
                 "seconds_left": round(self.seconds_left(), 1)}
 
-    def _append(self, rec: dict) -> None:
-        rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "elapsed_s": round(time.time() - self.started, 2), **rec}
-        with open(self.trajectory_path, "a") as f:
-            f.write(json.dumps(rec) + "\n")
-
     started: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        self.trajectory = Trajectory(self.trajectory_path, self.started)
 
 
 def _short(text: str) -> str:
@@ -230,35 +232,9 @@ def _read_request(conn: socket.socket):
         return None
 
 
-def trajectory_summary(path: Path) -> dict:
-    """result.json's trajectory field from trajectory.jsonl."""
-    calls = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("event") == "proxy":
-                calls.append(rec)
-    valid = [c for c in calls if c.get("proxy_score") is not None]
-    if not valid:
-        return {"proxy_calls": len(calls), "first_valid_proxy": None, "best_proxy": None, "final_proxy": None,
-                "regressed_after_best": None}
-    best = max(valid, key=lambda c: c["proxy_score"])
-    final = calls[-1]
-
-    def brief(c):
-        return {"call": c["call"], "proxy_score": c.get("proxy_score"), "proxy_metric": c.get("proxy_metric"),
-                "elapsed_s": c.get("elapsed_s"), "patch_sha256": c.get("patch_sha256")}
-    return {"proxy_calls": len(calls), "first_valid_proxy": brief(valid[0]), "best_proxy": brief(best),
-            "final_proxy": brief(final),
-            "regressed_after_best": (final.get("proxy_score") or 0.0) < best["proxy_score"]}
-
-
 def client_bin(run_dir: Path) -> Path:
     """A folder holding `ai4ai-proxy` and `ai4ai-launch` (bound read-only into the agent's sandbox)."""
-    d = run_dir / ".harness" / "bin"
+    d = RunDir(run_dir).bin
     d.mkdir(parents=True, exist_ok=True)
     for src, name in (("proxy_client.py", "ai4ai-proxy"), ("proxy_client.py", "ai4ai-time"), ("launcher.py", "ai4ai-launch")):
         target = d / name
@@ -281,5 +257,6 @@ def choose_submission(policy: str, final: Submission, server: ProxyServer | None
 
 
 def write_submission_record(run_dir: Path, sub: Submission, source: str) -> None:
-    (run_dir / "submission.patch").write_text(sub.patch)
-    write_json(run_dir / "submission.json", {**sub.summary(), "source": source})
+    rd = RunDir(run_dir)
+    rd.submission_patch.write_text(sub.patch)
+    write_json(rd.submission_json, {**sub.summary(), "source": source})

@@ -8,7 +8,6 @@ import sqlite3
 import time
 from pathlib import Path
 
-from . import SCHEMA
 
 COLUMNS = ("run_dir", "task", "agent", "agent_config_sha", "scale", "seed", "benchmark_version",
            "device_class", "status", "score", "raw_mean", "started_at", "result")
@@ -109,24 +108,3 @@ def pending_grading(db: Path, cell: str) -> Path | None:
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-REQUIRED_FIELDS = ("schema", "benchmark_version", "task", "family", "agent", "agent_config", "scale", "seeds",
-                   "status", "reason", "raw", "anchors", "score", "score_per_seed", "score_interval",
-                   "checkpoints", "submission", "trajectory", "timing", "cost", "sandbox", "provenance", "flags")
-
-
-def validate(result: dict) -> None:
-    """Raise ValueError if a result lacks a field of DESIGN.md's result.json."""
-    missing = [k for k in REQUIRED_FIELDS if k not in result]
-    if missing:
-        raise ValueError(f"result.json lacks {missing}")
-    if result["schema"] != SCHEMA:
-        raise ValueError(f"unknown schema {result['schema']!r}")
-    if result["status"] not in ("graded", "invalid", "error"):
-        raise ValueError(f"bad status {result['status']!r}")
-    for k in ("metric", "direction", "per_seed", "mean", "std"):
-        if k not in result["raw"]:
-            raise ValueError(f"raw lacks {k}")
-    if not isinstance(result["flags"], list) or not all(isinstance(f, str) for f in result["flags"]):
-        raise ValueError(f"flags must be a list of strings, got {result['flags']!r}")

@@ -1,5 +1,19 @@
-"""python -m ai4ai.run task=T agent=A [scale=S] [seed=N] [dry_run=true]"""
-from .pipeline import run_main
+"""Run an agent on a task, grade its submission, record the result (see pipeline.run).
+
+    python -m ai4ai.run task=T agent=A [scale=S] [seed=N] [dry_run=true]
+"""
+import hydra
+from omegaconf import DictConfig
+
+from . import CONF_DIR
+from .entry import hydra_run_dir
+from .pipeline import run
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+def main(cfg: DictConfig) -> None:
+    run(cfg, hydra_run_dir())
+
 
 if __name__ == "__main__":
-    run_main()
+    main()

@@ -27,6 +27,7 @@ from typing import Callable
 import psutil
 
 from . import PROJECT_ROOT, package_data
+from .layout import AGENT_HOME, HARNESS_BIN, KERNELS, KERNELS_PARENT, SOCKET_DIR, WORKSPACE
 
 KERNELS_DIR = PROJECT_ROOT / "kernels"
 GRACE_S = 10.0
@@ -121,7 +122,6 @@ class Outcome:
     returncode: int | None
     timed_out: bool                    # ended by the harness: wall clock, CPU cap or a stop request
     wall_s: float
-    killed_stragglers: int = 0
     limit: str | None = None           # set when the phase was ended for breaking a sandbox limit
     cut: str | None = None             # wall | cpu | stop: what ended it, when the harness did
     cpu_s: float = 0.0                 # user + system CPU time of the whole tree
@@ -328,8 +328,8 @@ class Sandbox:
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONNOUSERSITE": "1", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1",
         }
-        if self.backend == "bwrap" and any(m.inside == "/opt/ai4ai/ai4ai_kernels" for m in self.mounts):
-            env["PYTHONPATH"] = "/opt/ai4ai"     # the `none` backend finds the installed package
+        if self.backend == "bwrap" and any(m.inside == KERNELS for m in self.mounts):
+            env["PYTHONPATH"] = KERNELS_PARENT     # the `none` backend finds the installed package
         return env
 
     def argv(self, command: list[str], cwd_inside: str) -> list[str]:
@@ -479,13 +479,13 @@ class Sandbox:
             wall = time.monotonic() - t0
             if proc.returncode is None:
                 meter.sample()
-            stragglers = _end_all(proc.pid, me, before)
+            _end_all(proc.pid, me, before)
             deadline = time.monotonic() + 5
             while not reap() and time.monotonic() < deadline:
                 time.sleep(0.05)
             reader.join(timeout=5)
         return Outcome(returncode=None if cut else proc.returncode, timed_out=cut is not None,
-                       wall_s=wall, killed_stragglers=stragglers, limit=limit, cut=cut,
+                       wall_s=wall, limit=limit, cut=cut,
                        cpu_s=round(meter.exact(rusage), 3), host_idle_cores=idle_cores_since(host0),
                        run_delay_s=round(meter.run_delay, 3), lowered_priority=meter.lowered)
 
@@ -497,13 +497,13 @@ def agent_sandbox(backend: str, workspace: Path, home: Path, bin_dir: Path, sock
     the red-team suite both use."""
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     sb = Sandbox(backend=backend, network=network,
-                 mounts=[Mount("/workspace", workspace, True), Mount("/home/agent", home, True),
-                         Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False),
-                         Mount("/opt/ai4ai/bin", bin_dir, False), Mount("/run/ai4ai", sock_dir, True)])
-    env = sb.base_env("/home/agent")
+                 mounts=[Mount(WORKSPACE, workspace, True), Mount(AGENT_HOME, home, True),
+                         Mount(KERNELS, KERNELS_DIR, False),
+                         Mount(HARNESS_BIN, bin_dir, False), Mount(SOCKET_DIR, sock_dir, True)])
+    env = sb.base_env(AGENT_HOME)
     env.update(OMP_NUM_THREADS=str(threads), AI4AI_SCALE=scale, AI4AI_WINDOW_S=str(int(window_s)),
-               AI4AI_DEADLINE=str(int(deadline)), AI4AI_PROXY_SOCKET=sb.path("/run/ai4ai") + "/proxy.sock",
-               PATH=sb.path("/opt/ai4ai/bin") + ":" + env["PATH"])
+               AI4AI_DEADLINE=str(int(deadline)), AI4AI_PROXY_SOCKET=sb.path(SOCKET_DIR) + "/proxy.sock",
+               PATH=sb.path(HARNESS_BIN) + ":" + env["PATH"])
     sb.env = env
     return sb
 

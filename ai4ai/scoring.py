@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:        # types only: scoring sits below the task and grading modules
+    from .grading import SeedResult
+    from .task import Task
 
 
 @dataclass(frozen=True)
@@ -83,3 +88,81 @@ def bootstrap_interval(values: list, level: float = 0.95, n: int = 2000, seed: i
     draws = [stat([values[i] for i in rng.integers(0, len(values), size=len(values))]) for _ in range(n)]
     lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
+
+
+# --------------------------------------------------------------------------- a run's seeds
+
+@dataclass(frozen=True)
+class Scored:
+    status: str
+    reason: str | None
+    raw_per_seed: list
+    score_per_seed: list
+    raw_mean: float | None
+    raw_std: float | None
+    score: float | None
+    phi_per_seed: list = field(default_factory=list)
+    flags: list = field(default_factory=list)      # scored, but a reader must know (see replicate_flags)
+
+    def interval(self, anchors: Anchors, task: Task) -> list | None:
+        if not self.phi_per_seed:
+            return None
+        m = task.metric
+        return list(bootstrap_interval(self.phi_per_seed,
+                                       statistic=lambda ps: pooled_sigma(ps, anchors, m.direction, m.transform)))
+
+
+def score_seeds(task: Task, results: list[SeedResult], anchors: Anchors) -> Scored:
+    statuses = {r.status for r in results}
+    raws = [r.raw for r in results]
+    if "error" in statuses:
+        errs = "; ".join(f"seed {r.seed}: {r.reason}" for r in results if r.status == "error")
+        return Scored("error", errs, raws, [], None, None, None)
+    m = task.metric
+    scores = [sigma(r.raw, anchors, m.direction, m.transform) if r.status == "graded" else 0.0 for r in results]
+    phis = [phi(r.raw, m.direction, m.transform) if r.status == "graded" else None for r in results]
+    valid = [r.raw for r in results if r.status == "graded"]
+    invalid = [f"seed {r.seed}: {r.reason}" for r in results if r.status == "invalid"]
+    status = "graded" if valid else "invalid"
+    mean = phi_mean_raw(task, valid) if valid else None
+    std = float(_std([p for p in phis if p is not None])) if valid else None
+    return Scored(status, "; ".join(invalid) or None, raws, scores, mean, std,
+                  pooled_sigma(phis, anchors, m.direction, m.transform), phis, replicate_flags(task, results))
+
+
+def replicate_flags(task: Task, results: list[SeedResult]) -> list[str]:
+    """`identical weights on seeds A and B` for each group of graded seeds whose chosen weights hash
+    the same: the submission ignored --seed, so its replicates are one run counted several times.
+
+    A flag, not `invalid`: training without randomness, or with a fixed data order, is a legitimate
+    algorithm (the pruning task's shipped one is deterministic), and its mean score is no better for
+    it. What collapsing costs is the noise estimate (std 0, a zero-width interval) and what it can
+    buy is a seed chosen for luck; both are the reader's to judge, so the result says so wherever
+    its number is shown. A task that declares its shipped algorithm deterministic gives identical
+    weights by design, and the flag would fire on every submission there, the shipped one included.
+    """
+    if task.deterministic:
+        return []
+    groups: dict = {}
+    for r in results:
+        if r.status == "graded" and r.weights_sha256:
+            groups.setdefault(r.weights_sha256, []).append(r.seed)
+    flags = []
+    for seeds in sorted(g for g in groups.values() if len(g) > 1):
+        names = [str(x) for x in seeds]
+        flags.append(f"identical weights on seeds {', '.join(names[:-1])} and {names[-1]}")
+    return flags
+
+
+def _std(xs: list[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def phi_mean_raw(task: Task, raws: list[float]) -> float:
+    """The raw value whose phi is the mean phi (geometric mean under neg_log)."""
+    if task.metric.transform == "neg_log":
+        return math.exp(sum(math.log(r) for r in raws) / len(raws))
+    return sum(raws) / len(raws)

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ai4ai import anchors as anchor_store  # noqa: E402
+from ai4ai.context import Key  # noqa: E402
 from ai4ai.provenance import device_class, task_version, torch_minor  # noqa: E402
 from ai4ai.task import load_task  # noqa: E402
 
@@ -72,7 +73,7 @@ def main() -> None:
     task = load_task("optimizer")
     b = task.scale(args.scale)
     threads = min(b.threads, os.cpu_count() or b.threads)
-    key = anchor_store.Key("optimizer", args.scale, task_version(task), device_class("cpu", threads), torch_minor())
+    key = Key("optimizer", args.scale, task_version(task), device_class("cpu", threads), torch_minor())
     if anchor_store.find(task.grader, key) is None:
         sys.exit(f"no anchors for {args.scale}: run python -m ai4ai.calibrate task=optimizer scale={args.scale} first")
     seeds = list(b.grader_seeds)

@@ -13,7 +13,8 @@ import pytest
 from ai4ai import pipeline
 from ai4ai.agents.base import AgentContext
 from ai4ai.agents.cli import DUMMY_KEY, Wiring, run_cli
-from ai4ai.proxy import choose_submission, trajectory_summary
+from ai4ai.proxy import choose_submission
+from ai4ai.trajectory import summary as trajectory_summary
 from ai4ai.sandbox import KERNELS_DIR, Mount, Sandbox, bwrap_available
 from ai4ai.submission import Submission
 from tests.fake_api import FakeAPI

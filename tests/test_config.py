@@ -4,6 +4,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from ai4ai import CONF_DIR, PROJECT_ROOT, pipeline
+from ai4ai.context import NETWORK_MODES
 
 TOP = ("config", "grade", "calibrate", "check_task", "audit", "report")
 AGENTS = sorted(p.stem for p in (PROJECT_ROOT / "conf" / "agent").glob("*.yaml"))
@@ -22,7 +23,7 @@ def test_every_top_level_config_gets_the_shared_keys(name, monkeypatch, tmp_path
 @pytest.mark.parametrize("agent", AGENTS)
 def test_agent_network_is_a_mode_string(agent):
     raw = yaml.safe_load((PROJECT_ROOT / "conf" / "agent" / f"{agent}.yaml").read_text())
-    assert raw.get("network", "none") in pipeline.NETWORK_MODES
+    assert raw.get("network", "none") in NETWORK_MODES
 
 
 @pytest.mark.parametrize("value", ["true", "false", "api"])

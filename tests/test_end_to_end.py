@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from ai4ai import pipeline
-from ai4ai.record import REQUIRED_FIELDS, connect, validate
+from ai4ai.record import connect
+from ai4ai.result import FIELDS as REQUIRED_FIELDS, validate
 
 from .conftest import example
 
@@ -124,7 +125,7 @@ def test_dry_run_prints_the_plan_and_exits(compose_cfg, tmp_path, capsys):
 
 def test_harness_error_is_retried_and_resumes_at_grading(compose_cfg, tmp_path, monkeypatch):
     """An `error` (the harness's fault) is not scored; the rerun grades the same submission, no new agent phase."""
-    import ai4ai.grade as grade_mod
+    import ai4ai.grading as grade_mod
     real = grade_mod.run_worker
 
     def broken(*a, **k):

@@ -2,7 +2,7 @@
 import threading
 import time
 
-import ai4ai.grade as grade
+import ai4ai.training as grade
 
 
 def _holder(device, threads, hold_s, log, name):

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ai4ai import record
-from ai4ai.report import hierarchical_interval, load_runs, read_curve, report
+from ai4ai.reporting import hierarchical_interval, load_runs, read_curve, report
 
 from .conftest import example
 from .fixtures.results import fake_result
@@ -40,7 +40,7 @@ def _add(db: Path, root: Path, name: str, result: dict, patch: str | None = None
 def fixture_db(tmp_path):
     """Three agent configurations at ci on one device class, plus rows that must not mix in."""
     db, root = tmp_path / "results.sqlite", tmp_path / "runs"
-    def call(n, score, t):     # as ai4ai.proxy.trajectory_summary writes them
+    def call(n, score, t):     # as ai4ai.trajectory.summary writes them
         return {"call": n, "proxy_score": score, "proxy_metric": 9.0, "elapsed_s": t, "patch_sha256": "x"}
     traj = {"proxy_calls": 3, "first_valid_proxy": call(1, 0.12, 60), "best_proxy": call(2, 0.35, 180),
             "final_proxy": call(3, 0.30, 300), "regressed_after_best": True}
@@ -150,11 +150,24 @@ def test_trajectory_analysis_and_its_absence(fixture_db, tmp_path):
     assert curve == [(1.0, 0.12), (3.0, 0.35), (5.0, 0.30)] and hidden == pytest.approx(0.30)
 
 
-def test_curve_reader_tolerates_timestamps_dicts_and_junk(tmp_path):
-    (tmp_path / "trajectory.jsonl").write_text(
-        '{"time": "2026-01-01T00:00:00+0000", "proxy": {"sigma": 0.1}}\nnot json\n{"t": "x"}\n'
-        '{"time": "2026-01-01T00:03:00+0000", "proxy_score": 0.2}\n{"time": "2026-01-01T00:04:00+0000", '
-        '"proxy_score": null, "status": "invalid"}\n')
+def test_curve_reader_reads_what_the_proxy_writes_and_skips_junk(tmp_path):
+    """One writer and one reader of trajectory.jsonl (ai4ai.trajectory): the curve is the writer's
+    scored proxy calls; junk lines, other shapes and failed calls are skipped, not guessed at."""
+    from ai4ai.trajectory import PROXY, SUBMIT, Trajectory
+    t = Trajectory(tmp_path / "trajectory.jsonl", started=1000.0)
+    t.start()
+    import time as _time
+    real = _time.time
+    try:
+        for at, score in ((1000.0, 0.1), (1180.0, 0.2), (1240.0, None)):
+            _time.time = lambda at=at: at
+            t.append(PROXY, call=1, proxy_score=score, status="ok" if score is not None else "invalid")
+        _time.time = lambda: 1300.0
+        t.append(SUBMIT, patch_sha256="x")
+    finally:
+        _time.time = real
+    with open(tmp_path / "trajectory.jsonl", "a") as f:
+        f.write('not json\n{"time": "2026-01-01T00:03:00+0000", "proxy_score": 0.9}\n[1, 2]\n')
     assert read_curve(tmp_path) == [(0.0, 0.1), (3.0, 0.2)]
     assert read_curve(tmp_path / "missing") == []
 

@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from ai4ai.grade import SeedResult, score_seeds
+from ai4ai.grading import SeedResult
+from ai4ai.scoring import score_seeds
 from ai4ai.scoring import Anchors, bootstrap_interval, phi, sigma
 
 

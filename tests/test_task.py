@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.check_task import Report, contract_checks
+from ai4ai.task_checks import Report, contract_checks
 from ai4ai.provenance import benchmark_version
 from ai4ai.task import TaskError, list_tasks, load_task, parse_task
 

@@ -61,14 +61,14 @@ def agent_sandbox(tmp_path: Path, backend: str = "bwrap") -> tuple[Sandbox, Path
 
 
 def grade_setup(tmp_path: Path, task, cap_s: float = 120.0):
-    from ai4ai.grade import GradeSetup
-    return GradeSetup(task=task, scale="ci", device="cpu", threads=2, backend="bwrap", cap_s=cap_s,
+    from ai4ai.context import RunContext
+    return RunContext(task=task, scale="ci", device="cpu", threads=2, backend="bwrap", cap_s=cap_s,
                       run_dir=tmp_path, progress=False)
 
 
 def training_sandbox(tmp_path: Path, task, sub=None):
     """The grader's training sandbox for a (possibly empty) submission: repo copy, /out, private home."""
-    from ai4ai.grade import build_training_copy, training_sandbox as make
+    from ai4ai.training import build_training_copy, training_sandbox as make
     from ai4ai.submission import Submission
     sub = sub or Submission(files={}, rejected={}, patch="", lines_added=0, lines_removed=0)
     repo = build_training_copy(task, sub, tmp_path / "train_repo")

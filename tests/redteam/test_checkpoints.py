@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from ai4ai.evaluation import run_worker
-from ai4ai.grade import snapshot_checkpoints
+from ai4ai.training import snapshot_checkpoints
 
 from .conftest import grade_setup
 
@@ -78,7 +78,7 @@ def test_malformed_checkpoints_are_invalid_with_their_reason(tmp_path, task, pri
     paths += [pk, huge, liar, good]
     expect.update({pk.name: "not a readable safetensors", huge.name: "more than the model's parameters need",
                    liar.name: "not a readable safetensors"})
-    from ai4ai.grade import eval_spec
+    from ai4ai.grading import eval_spec
     res = run_worker(eval_spec(grade_setup(tmp_path, task), pristine, paths), tmp_path / "eval")
     by = {c["name"]: c for c in res["candidates"]}
     for n, why in expect.items():

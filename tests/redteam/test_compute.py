@@ -4,7 +4,7 @@ import time
 
 import psutil
 
-from ai4ai.grade import build_training_copy, run_training
+from ai4ai.training import build_training_copy, run_training
 from ai4ai.sandbox import default_memory_limit
 from ai4ai.submission import from_patch
 

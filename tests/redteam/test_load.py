@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from ai4ai.grade import EnvironmentFault, build_training_copy, grade_seeds, run_training
+from ai4ai.grading import grade_seeds
+from ai4ai.training import EnvironmentFault, build_training_copy, run_training
 from ai4ai.submission import from_patch
 
 from .conftest import grade_setup, needs_bwrap, run_py, train_py_patch, training_sandbox

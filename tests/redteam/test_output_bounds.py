@@ -3,7 +3,7 @@ without newlines, thousands of files and a folder filled past any checkpoint's n
 before any copy (the checkpoint size against the model's, the file count, the log with a marker)."""
 import os
 
-from ai4ai.grade import build_training_copy, checkpoint_limit, run_training, snapshot_checkpoints
+from ai4ai.training import build_training_copy, checkpoint_limit, run_training, snapshot_checkpoints
 from ai4ai.submission import from_patch
 
 from .conftest import grade_setup, needs_bwrap, train_py_patch

@@ -186,9 +186,10 @@ def test_gpu_training_sees_only_gpu_nodes_and_private_caches(tmp_path, task):
     """Route 3 on a GPU: the training sandbox binds the NVIDIA device nodes and nothing else of /dev, and
     the CUDA/Triton/inductor caches are private to the phase. Gains nothing: no host cache is shared, so no
     compiled kernel planted there reaches another phase."""
-    from ai4ai.grade import GradeSetup, build_training_copy, training_sandbox as make
+    from ai4ai.context import RunContext
+    from ai4ai.training import build_training_copy, training_sandbox as make
     from ai4ai.submission import Submission
-    setup = GradeSetup(task=task, scale="ci", device="cuda", threads=2, backend="bwrap", cap_s=60, run_dir=tmp_path)
+    setup = RunContext(task=task, scale="ci", device="cuda", threads=2, backend="bwrap", cap_s=60, run_dir=tmp_path)
     repo = build_training_copy(task, Submission({}, {}, "", 0, 0), tmp_path / "train_repo")
     sb = make(setup, repo, tmp_path / "seed_0", [], {})
     script = ("import os; print('DEV', sorted(d for d in os.listdir('/dev') if not d.startswith('nvidia'))); "

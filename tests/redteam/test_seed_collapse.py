@@ -8,8 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from ai4ai import pipeline
-from ai4ai.grade import SeedResult, score_seeds
-from ai4ai.record import connect, validate
+from ai4ai.grading import SeedResult
+from ai4ai.scoring import score_seeds
+from ai4ai.record import connect
+from ai4ai.result import validate
 
 from ai4ai.scoring import Anchors
 from ai4ai.submission import unified_diff
@@ -61,7 +63,7 @@ def test_weights_digest_is_of_the_tensors_not_the_file(tmp_path, task, pristine)
     import torch
     from safetensors.torch import save_file
     from ai4ai.evaluation import run_worker
-    from ai4ai.grade import eval_spec
+    from ai4ai.grading import eval_spec
     from .conftest import grade_setup
     from .test_checkpoints import _params
     a = _params(task)

@@ -5,7 +5,7 @@ import sys
 import threading
 import time
 
-import ai4ai.grade as grade
+import ai4ai.training as grade
 from ai4ai.sandbox import Mount, Sandbox
 
 

@@ -9,7 +9,8 @@ as a comparison bar on another machine or torch.
 from __future__ import annotations
 
 from ai4ai import anchors as anchor_store
-from ai4ai.provenance import device_class, task_version, torch_minor
+from ai4ai.context import anchor_key
+from ai4ai.provenance import task_version
 from ai4ai.task import load_task
 
 
@@ -17,8 +18,7 @@ def record(task_name: str, scale: str = "smoke") -> tuple[anchor_store.Anchors, 
     """(anchors, seed std of phi) of the task's current version at `scale`."""
     task = load_task(task_name)
     version = task_version(task)
-    key = anchor_store.Key(task=task.name, scale=scale, task_version=version,
-                           device_class=device_class("cpu", task.scale(scale).threads), torch=torch_minor())
+    key = anchor_key(task, scale, "cpu", task.scale(scale).threads)
     rec = anchor_store.find(task.grader, key)
     if rec is not None:
         return rec.anchors, rec.phi_std

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 from ai4ai import PROJECT_ROOT, pipeline
-from ai4ai.check_task import Report, contract_checks
+from ai4ai.task_checks import Report, contract_checks
 from ai4ai.hidden import load_grader
 from ai4ai.task import load_task
 

@@ -1,0 +1,270 @@
+"""Re-grade a stored submission from scratch and say whether its number still holds.
+
+The library of `python -m ai4ai.audit` (audit.py):
+    python -m ai4ai.audit run=RUN_DIR [seeds=[0,1]] [regrade=true] [anchors=recorded]
+    python -m ai4ai.audit results=DB [sample=N]
+
+A run directory carries all an audit needs: result.json (task, scale, seeds, anchors, cap,
+provenance) and submission.patch. The patch is applied to a fresh pristine copy of the
+frozen repo and graded again, seed by seed, into a new folder (RUN_DIR/audits/<time>/ unless
+out= says otherwise), so a run directory copied to another machine audits there.
+
+Agreement: the new score is computed with the anchors the run recorded (anchors=current
+uses this checkout's record, calibrating first if there is none), so that it measures
+whether training and evaluation reproduce. It agrees when
+    |new - recorded| <= 3 * noise * sqrt(2 / n_seeds)
+where noise is one seed's std of sigma, derived from the anchors' phi_std (the seed std of
+phi measured at calibration) on the branch of the scale the recorded score sits on, as
+ai4ai.check_task does; both numbers are means over n seeds, hence sqrt(2 / n).
+
+Drift: what the number depends on, recorded vs now: the submission's own hash, the frozen
+repo, the hidden grader, the benchmark version, the anchors' record, library versions and
+the hardware class. Drift is reported, not judged: a re-grade that agrees despite drift
+says the change did not matter for this run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from . import PROJECT_ROOT
+from . import anchors as anchor_store
+from .console import say
+from .context import UsageError, context
+from .grading import grade_seeds
+from .layout import RunDir, write_json
+from .provenance import UNVERSIONED, benchmark_version, tree_sha256, versions
+from .reporting import load_runs
+from .scoring import Anchors, score_seeds, seed_noise_sigma
+from .submission import PatchFormatError, from_patch
+from .workspace import pristine_copy
+
+AGREE_SIGMAS = 3.0
+LIBRARIES = ("ai4ai_version", "python", "torch", "transformers", "numpy", "safetensors")
+
+
+def task_config(name: str) -> dict:
+    """The task's config as this checkout has it (conf/task/<name>.yaml)."""
+    path = PROJECT_ROOT / "conf" / "task" / f"{name}.yaml"
+    if not path.is_file():
+        raise UsageError(f"task {name!r} of the recorded run is not in this checkout ({path} missing)")
+    return yaml.safe_load(path.read_text())
+
+
+def audit_cfg(result: dict, device: str = "auto", sandbox: str = "auto", progress: bool = False) -> DictConfig:
+    """The config ai4ai.pipeline.context() needs, built without Hydra from the recorded run."""
+    return OmegaConf.create({"task": task_config(result["task"]), "device": device,
+                             "scale": {"name": result["scale"]}, "sandbox": {"backend": sandbox},
+                             "progress": progress})
+
+
+def seed_noise(result: dict) -> float | None:
+    """One seed's std of sigma at the recorded score, from the recorded anchors' phi_std."""
+    a, raw = result["anchors"], result["raw"]
+    sd = (a.get("provenance") or {}).get("phi_std")
+    if sd is None:
+        return None
+    anchors = Anchors(a["no_info"], a["baseline"], a["best"])
+    return seed_noise_sigma(sd, anchors, raw["direction"], raw.get("transform", "identity"),
+                            upper=(result.get("score") or 0.0) > 0.1)
+
+
+# --------------------------------------------------------------------------- drift
+
+def _check(name: str, recorded, current, note: str = "") -> dict:
+    changed = None if recorded is None else recorded != current
+    return {"what": name, "recorded": recorded, "current": current, "changed": changed,
+            "note": note or ("not recorded" if recorded is None else "")}
+
+
+def drift(result: dict, run_dir: Path, ctx) -> list[dict]:
+    prov, task = result["provenance"], ctx.task
+    patch = run_dir / (result["submission"].get("patch") or "submission.patch")
+    patch_sha = hashlib.sha256(patch.read_bytes()).hexdigest() if patch.is_file() else None
+    out = [_check("submission", result["submission"].get("sha256"), patch_sha,
+                  "" if patch_sha else "submission.patch is missing"),
+           _check("frozen repo", prov.get("repo_sha256"), tree_sha256(task.repo)),
+           _check("grader", prov.get("grader_sha256"), tree_sha256(task.grader, UNVERSIONED)),
+           _check("benchmark version", result["benchmark_version"], benchmark_version())]
+    rec_prov = (result["anchors"].get("provenance") or {})
+    now = anchor_store.find(task.grader, ctx.key)
+    rec_id = {"calibrated_at": rec_prov.get("calibrated_at"),
+              **{k: result["anchors"][k] for k in ("no_info", "baseline", "best")}}
+    cur_id = None if now is None else {"calibrated_at": now.raw.get("provenance", {}).get("calibrated_at"),
+                                       "no_info": now.anchors.no_info, "baseline": now.anchors.baseline,
+                                       "best": now.anchors.best}
+    out.append(_check("anchors", rec_id, cur_id, "no record for this key now: anchors=current would calibrate"
+                      if now is None else ""))
+    cur = versions()
+    diff = {k: (prov.get(k), cur.get(k)) for k in LIBRARIES if k in prov and prov.get(k) != cur.get(k)}
+    out.append({"what": "libraries", "recorded": {k: v[0] for k, v in diff.items()},
+                "current": {k: v[1] for k, v in diff.items()}, "changed": bool(diff), "note": ""})
+    out.append(_check("hardware class", prov.get("device_class"), ctx.key.device_class))
+    if prov.get("task_overridden"):
+        out.append({"what": "task config", "recorded": "overridden on the command line", "current": "as on disk",
+                    "changed": True, "note": "the recorded run did not use the task as configured"})
+    return out
+
+
+# --------------------------------------------------------------------------- one run
+
+def _fresh(path: Path) -> Path:
+    p, i = path, 1
+    while p.exists():
+        p, i = path.with_name(f"{path.name}_{i}"), i + 1
+    return p
+
+
+def audit_run(run_dir: Path, seeds: list[int] | None = None, regrade: bool = True, anchors: str = "recorded",
+              device: str = "auto", sandbox: str = "auto", out: Path | None = None, progress: bool = False) -> dict:
+    """Audit one run directory; returns (and writes to OUT/audit.json) what was found."""
+    run_dir = Path(run_dir).resolve()
+    path = run_dir / "result.json"
+    if not path.is_file():
+        raise UsageError(f"{run_dir} has no result.json: not a run directory")
+    result = json.loads(path.read_text())
+    cfg = audit_cfg(result, device, sandbox, progress)
+    out = _fresh(Path(out) if out else run_dir / "audits" / time.strftime("%Y%m%d-%H%M%S"))
+    out.mkdir(parents=True)
+    ctx = context(cfg, out)
+    if ctx.scale != result["scale"]:
+        raise UsageError(f"recorded scale {result['scale']!r} resolved to {ctx.scale!r}")
+    report = {"run_dir": str(run_dir), "task": result["task"], "agent": result["agent"], "scale": result["scale"],
+              "recorded": {"status": result["status"], "score": result.get("score"),
+                           "score_per_seed": result.get("score_per_seed"), "seeds": result.get("seeds")},
+              "drift": drift(result, run_dir, ctx), "audit_dir": str(out), "regrade": None, "agrees": None}
+    if regrade:
+        report["regrade"] = regrade_run(result, run_dir, ctx, cfg, seeds, anchors, out)
+        report["agrees"] = report["regrade"]["agrees"]
+    write_json(out / "audit.json", report)
+    return report
+
+
+def _recorded_for(result: dict, seeds: list[int]) -> float | None:
+    """The recorded mean score over `seeds` (all of them when they are the recorded seeds)."""
+    per = dict(zip(result.get("seeds") or [], result.get("score_per_seed") or []))
+    if list(seeds) == list(result.get("seeds") or []) or not per:
+        return result.get("score")
+    vals = [per[s] for s in seeds if s in per]
+    return sum(vals) / len(vals) if len(vals) == len(seeds) else None
+
+
+def regrade_run(result: dict, run_dir: Path, ctx, cfg, seeds, anchors: str, out: Path) -> dict:
+    task = ctx.task
+    seeds = [int(s) for s in seeds] if seeds else [int(s) for s in result["seeds"]]
+    patch = run_dir / (result["submission"].get("patch") or "submission.patch")
+    text = patch.read_text() if patch.is_file() else ""
+    if not patch.is_file() and result["submission"].get("files"):
+        return {"agrees": False, "reason": "submission.patch is missing; nothing to re-grade"}
+    pristine = pristine_copy(task, RunDir(out).pristine)
+    try:
+        sub = from_patch(task, pristine, text, scale=ctx.scale)
+    except PatchFormatError as e:
+        return {"agrees": False, "reason": f"submission.patch is not a unified diff: {e}"}
+    current = anchor_store.find(task.grader, ctx.key)
+    if anchors == "current":
+        current = anchor_store.ensure(ctx)
+        use = current.anchors
+    elif anchors == "recorded":
+        a = result["anchors"]
+        use = Anchors(a["no_info"], a["baseline"], a["best"])
+    else:
+        raise UsageError(f"anchors={anchors!r}: use recorded or current")
+    # the caps the run was graded under, where it recorded them; else those of the current anchors
+    timing = result.get("timing") or {}
+    setup = anchor_store.with_budget(ctx, current)
+    if timing.get("cap_s"):
+        setup = replace(setup, cap_s=float(timing["cap_s"]),
+                        cpu_cap_s=float(timing["cpu_cap_s"]) if timing.get("cpu_cap_s") else None)
+    say(f"audit: re-grading {run_dir.name} ({task.name} at {ctx.scale}, seeds {seeds}, cap {setup.cap_s:.0f} s"
+        + (f", {setup.cpu_cap_s:.0f} CPU-s" if setup.cpu_cap_s else "") + f") -> {out}")
+    # the very --seed each training process got in the run (derived from the run's secret nonce)
+    replay = {c["seed"]: c["training_seed"] for c in (result.get("checkpoints") or {}).get("per_seed", [])
+              if c.get("training_seed") is not None}
+    results = grade_seeds(setup, sub, seeds, out / "grade", training_seeds=replay)
+    scored = score_seeds(task, results, use)
+    on_current = score_seeds(task, results, current.anchors).score if current is not None and anchors != "current" \
+        else None
+    recorded = _recorded_for(result, seeds)
+    noise = seed_noise(result)
+    tol = AGREE_SIGMAS * noise * math.sqrt(2 / len(seeds)) if noise is not None else None
+    rep = {"seeds": seeds, "anchors": anchors, "status": scored.status, "reason": scored.reason,
+           "score": scored.score, "score_per_seed": scored.score_per_seed, "raw_per_seed": scored.raw_per_seed,
+           "score_on_current_anchors": on_current, "recorded_score": recorded, "noise_per_seed": noise,
+           "tolerance": tol, "rejected_files": sorted(sub.rejected), "difference": None}
+    if scored.status == "error" or result["status"] == "error":
+        rep.update(agrees=None, reason=f"not comparable: recorded {result['status']}, re-grade {scored.status}"
+                   + (f" ({scored.reason})" if scored.reason else ""))
+    elif scored.status != result["status"]:
+        rep.update(agrees=False, reason=f"status {result['status']} then, {scored.status} now: {scored.reason}")
+    elif recorded is None or scored.score is None:
+        rep.update(agrees=None, reason="no recorded score for these seeds")
+    else:
+        rep["difference"] = scored.score - recorded
+        rep["agrees"] = None if tol is None else abs(rep["difference"]) <= tol
+    return rep
+
+
+# --------------------------------------------------------------------------- a database
+
+def changed_names(report: dict) -> list[str]:
+    return [d["what"] for d in report.get("drift", []) if d["changed"]]
+
+
+def audit_db(db: Path, sample: int | None = None, seed: int = 0, **kw) -> list[dict]:
+    runs, _ = load_runs(Path(db))
+    if sample is not None and sample < len(runs):
+        runs = random.Random(seed).sample(runs, sample)
+    rows = []
+    for r in runs:
+        if not (r.run_dir / "result.json").is_file():
+            rows.append({"run_dir": str(r.run_dir), "task": r.result["task"], "agent": r.result["agent"],
+                         "recorded": r.result.get("score"), "new": None, "difference": None, "tolerance": None,
+                         "agrees": False, "drift": ["run directory missing"]})
+            continue
+        rep = audit_run(r.run_dir, **kw)
+        g = rep["regrade"] or {}
+        rows.append({"run_dir": str(r.run_dir), "task": rep["task"], "agent": rep["agent"],
+                     "recorded": rep["recorded"]["score"], "new": g.get("score"), "difference": g.get("difference"),
+                     "tolerance": g.get("tolerance"), "agrees": rep["agrees"], "drift": changed_names(rep)})
+    return rows
+
+
+def _f(v) -> str:
+    return "–" if v is None else f"{v:+.4f}" if isinstance(v, float) and v < 0 else f"{v:.4f}" if isinstance(v, float) \
+        else str(v)
+
+
+def table(rows: list[dict]) -> str:
+    head = ["run", "task", "agent", "recorded σ", "re-graded σ", "difference", "tolerance", "agrees", "drift"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        agrees = {True: "yes", False: "NO", None: "–"}[r["agrees"]]
+        lines.append("| " + " | ".join([Path(r["run_dir"]).name, r["task"], r["agent"], _f(r["recorded"]), _f(r["new"]),
+                                        _f(r["difference"]), _f(r["tolerance"]), agrees,
+                                        ", ".join(r["drift"]) or "none"]) + " |")
+    return "\n".join(lines)
+
+
+def summary(rep: dict) -> str:
+    lines = [f"audit of {rep['run_dir']} ({rep['task']}, {rep['agent']}, scale {rep['scale']})"]
+    for d in rep["drift"]:
+        state = {True: "CHANGED", False: "same", None: "unknown"}[d["changed"]]
+        extra = f": {d['recorded']} -> {d['current']}" if d["changed"] else ""
+        lines.append(f"  {d['what']:18s} {state}{extra}{'  (' + d['note'] + ')' if d['note'] else ''}")
+    g = rep["regrade"]
+    if g:
+        lines.append(f"  re-graded σ {_f(g.get('score'))} vs recorded {_f(g.get('recorded_score'))} "
+                     f"(tolerance {_f(g.get('tolerance'))}): "
+                     + {True: "AGREES", False: "DISAGREES", None: "not comparable"}[g["agrees"]]
+                     + (f" [{g['reason']}]" if g.get("reason") else ""))
+    lines.append(f"  written to {rep['audit_dir']}/audit.json")
+    return "\n".join(lines)

@@ -1,0 +1,120 @@
+"""Grade a submission: pristine copy + patch -> train per grader seed under the cap in the
+sandbox (training.py) -> choose among the last 3 checkpoints on the selection split -> hidden
+evaluation of the chosen one in a separate process -> a SeedResult per seed (scored in scoring.py).
+"""
+from __future__ import annotations
+
+import shutil
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .console import say
+from .context import RunContext
+from .evaluation import CKPT_RE, EvalSpec, WorkerError, run_worker
+from .submission import Submission
+from .training import (CACHE_ROOT, EnvironmentFault, build_once, build_training_copy, data_mounts, device_lock,
+                       run_training, stage_dir, training_seed)
+from .workspace import pristine_copy
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    seed: int
+    status: str                   # graded | invalid | error
+    reason: str | None
+    raw: float | None
+    train_s: float
+    timed_out: bool
+    candidates: list = field(default_factory=list)
+    chosen: str | None = None
+    validation_metric: float | None = None
+    test_excess_se: float | None = None
+    cpu_s: float | None = None            # CPU time of the training tree, measured from the host
+    cut: str | None = None                # cpu | wall: the harness ended training (None: it exited)
+    steps: int | None = None              # the chosen checkpoint's step (from its name)
+    training_seed: int | None = None      # the --seed the training process got (see training_seed)
+    host_idle_cores: float | None = None  # the host's idle CPUs during training (load evidence)
+    weights_sha256: str | None = None   # of the chosen checkpoint's loaded tensors (replicates compared)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def eval_spec(ctx: RunContext, pristine: Path, ckpts: list, mode: str = "grade") -> EvalSpec:
+    task = ctx.task
+    return EvalSpec(task=task.name, repo=str(pristine), grader=str(task.grader), model=task.model,
+                    scale=ctx.scale, candidates=[str(c) for c in ckpts], direction=task.metric.direction,
+                    transform=task.metric.transform, metadata_keys=list(task.checkpoint_metadata),
+                    device=ctx.device, threads=ctx.threads, mode=mode)
+
+
+def train_and_evaluate(ctx: RunContext, train_repo: Path, pristine: Path, seed: int,
+                       seed_dir: Path, extra_mounts: list, extra_env: dict, train_seed: int) -> SeedResult:
+    outcome, ckpts, reason = run_training(ctx, train_repo, train_seed, seed_dir, extra_mounts, extra_env,
+                                          f"  seed {seed} training")
+    base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out, cpu_s=outcome.cpu_s,
+                cut=outcome.cut, host_idle_cores=outcome.host_idle_cores, training_seed=train_seed)
+    if reason:
+        return SeedResult(status="invalid", reason=reason, raw=None, **base)
+    res = run_worker(eval_spec(ctx, pristine, ckpts), seed_dir / "eval")
+    if res["chosen"] is None:
+        reasons = "; ".join(c.get("reason", "") for c in res["candidates"])
+        return SeedResult(status="invalid", reason=f"no valid checkpoint: {reasons}", raw=None,
+                          candidates=res["candidates"], **base)
+    m = CKPT_RE.match(res["chosen"])
+    return SeedResult(status="graded", reason=None, raw=res["test_metric"], candidates=res["candidates"],
+                      chosen=res["chosen"], validation_metric=res.get("validation_metric"),
+                      test_excess_se=res.get("test_excess_se"), steps=int(m.group(1)) if m else None,
+                      weights_sha256=res.get("weights_sha256"), **base)
+
+
+def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Path,
+                pristine: Path | None = None, training_seeds: dict | None = None) -> list[SeedResult]:
+    """Train and evaluate `sub` once per seed. Harness faults become `error` seeds.
+
+    `pristine`: the run's own verified pristine copy, when it has one; else one is made here.
+    `training_seeds`: the --seed per grader seed (an audit replays a run's); else derived."""
+    task = ctx.task
+    if ctx.cap_s is None:
+        raise ValueError("grading needs the run's caps: anchors.with_budget(ctx, record) sets them")
+    workdir.mkdir(parents=True, exist_ok=True)
+    # Each copy is built under a temporary name and renamed when complete, so a harness killed
+    # mid-copy leaves nothing that a resumed grading would take for a finished copy.
+    if pristine is None:
+        pristine = build_once(workdir / ".pristine", lambda d: pristine_copy(task, d))
+    train_repo = build_once(stage_dir(ctx, f"repo {workdir} {sub.sha256}") / "repo",
+                             lambda d: build_training_copy(task, sub, d))
+    mounts, env = data_mounts(task, ctx.scale, CACHE_ROOT)
+    results = []
+    caps = (f"CPU cap {ctx.cpu_cap_s:.0f} CPU-s, liveness net {ctx.cap_s:.0f} s" if ctx.cpu_cap_s is not None
+            else f"cap {ctx.cap_s:.0f}s")
+    for seed in seeds:
+        say(f"grading seed {seed} ({ctx.scale}, {caps}, sandbox {ctx.backend})")
+        seed_dir = workdir / f"seed_{seed}"
+        if seed_dir.exists():
+            shutil.rmtree(seed_dir)
+        # the device is held one seed at a time, so a waiting proxy call of a running agent goes
+        # next (device_lock's priority) instead of waiting for a whole multi-seed grading
+        with device_lock(ctx.device, ctx.threads):
+            try:
+                train_seed = (training_seeds[seed] if training_seeds and seed in training_seeds
+                              else training_seed(ctx, f"grade {seed}", seed))
+                r = train_and_evaluate(ctx, train_repo, pristine, seed, seed_dir, mounts, env, train_seed)
+            except EnvironmentFault as e:   # the machine's fault: error, retried on rerun
+                r = SeedResult(seed=seed, status="error", reason=f"environment: {e}", raw=None,
+                               train_s=round(ctx.cap_s, 2), timed_out=True, cut="wall")
+            except Exception as e:  # the harness's fault: recorded as error, never scored
+                seed_dir.mkdir(parents=True, exist_ok=True)   # the fault may come before the phase made it
+                # the reason stays one line; the traceback (and the worker's own output) is kept here
+                (seed_dir / "harness_error.txt").write_text(traceback.format_exc()
+                                                            + (f"\n{e.detail}\n" if isinstance(e, WorkerError) else ""))
+                r = SeedResult(seed=seed, status="error", reason=f"harness error: {type(e).__name__}: {e}",
+                               raw=None, train_s=0.0, timed_out=False)
+        msg = f"  seed {seed}: {r.status}"
+        msg += f", {task.metric.name} {r.raw:.4f} (chose {r.chosen})" if r.raw is not None else f" ({r.reason})"
+        if r.cut == "cpu":
+            msg += f"; cut by its CPU cap at {r.cpu_s:.0f} CPU-s"
+        say(msg)
+        results.append(r)
+    return results

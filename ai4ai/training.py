@@ -1,0 +1,379 @@
+"""Train one seed under the caps: the device, the data, the sandbox, the checkpoints.
+
+`run_training` is the one way a training process is started, for grading, proxy calls and
+calibration alike: it takes the device (`device_lock`, held by the caller), builds the training
+sandbox in a neutral stage folder, runs the repo's entry under the CPU cap and the wall clock,
+and copies the checkpoints out within bounds. Choosing among them and scoring are grading.py's.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import hmac
+import os
+import secrets
+import shlex
+import shutil
+import socket
+import stat
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from . import PROJECT_ROOT
+from .console import TrainingBar, printable, say
+from .context import RunContext
+from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD
+from .hidden import load_grader
+from .layout import DATA, KERNELS, OUT, REPO, TRAIN_HOME, RunDir, write_json
+from .provenance import UNVERSIONED, python_executable, tree_sha256
+from .sandbox import KERNELS_DIR, Mount, Sandbox, default_memory_limit
+from .submission import Submission, apply
+from .task import Task
+from .workspace import copy_repo, make_read_only, make_writable
+
+MAX_CKPT_FILES = 3
+CACHE_ROOT = PROJECT_ROOT / "outputs" / ".cache"
+
+
+def training_seed(ctx: RunContext, label: str, default: int) -> int:
+    """The --seed a training process gets: a 31-bit value derived from the run's nonce."""
+    if ctx.nonce is None:
+        return default
+    return int.from_bytes(hmac.new(ctx.nonce.encode(), label.encode(), hashlib.sha256).digest()[:4], "big") >> 1
+
+
+def stage_dir(ctx: RunContext, label: str | None = None) -> Path:
+    """A host folder for what a training sandbox mounts, of one shape for every training run
+    (<run>/.harness/t/<16 hex>): /proc/self/mountinfo shows a mount's host path, and it must not
+    tell a proxy call from a grading seed. Named from the nonce when `label` is given (resumable)."""
+    token = (hmac.new((ctx.nonce or "").encode(), label.encode(), hashlib.sha256).hexdigest()[:16]
+             if label else secrets.token_hex(8))
+    return RunDir(ctx.run_dir).stage(token)
+
+
+def run_nonce(run_dir: Path) -> str:
+    """The run's secret, made once and kept with the harness's files (a resumed grading reuses it)."""
+    path = RunDir(run_dir).nonce
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(16))
+    return path.read_text().strip()
+
+
+@contextmanager
+def device_lock(device: str, threads: int = 0, priority: bool = False):
+    """Gradings (and proxy runs) share a device only as far as its cores go, across processes.
+
+    A CPU is shared out in one-core slots and a grading of `threads` threads holds that many:
+    a 2-core host grades two 1-thread tasks at once, and a 2-thread task takes the whole host.
+    A GPU is one slot. Waiters queue at a gate first and take their slots while holding it, so
+    a stream of 1-thread gradings cannot overtake a 2-thread one that is waiting for both cores.
+    `priority` (a running agent's proxy call, whose wait eats its window) goes ahead of the gate:
+    ordinary waiters try their slots only while holding the priority file shared, all or none at
+    once, so a priority waiter holding it exclusively takes the next free slots before any of them.
+    """
+    lock_dir = PROJECT_ROOT / "outputs" / ".locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    # one lock per physical device: host + device + visible GPUs (outputs/ may be on a shared filesystem)
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device.startswith("cuda") else ""
+    name = f"{socket.gethostname()}_{device}_{gpu}".replace(":", "_").replace(",", "-").replace("/", "_")
+    cpu = device == "cpu" and threads > 0
+    total = (os.cpu_count() or 1) if cpu else 1
+    need = min(total, threads) if cpu else 1
+    files = [open(lock_dir / (f"{name}.lock" + (f".{i}" if i else "")), "w") for i in range(total)]
+    try:
+        with open(lock_dir / f"{name}.priority", "w") as prio:
+            if priority:
+                fcntl.flock(prio, fcntl.LOCK_EX)
+                _take(files, need, block=True)
+            else:
+                with open(lock_dir / f"{name}.gate", "w") as gate:
+                    fcntl.flock(gate, fcntl.LOCK_EX)    # one ordinary waiter at a time; others queue here
+                    while True:
+                        fcntl.flock(prio, fcntl.LOCK_SH)
+                        got = _take(files, need, block=False)
+                        fcntl.flock(prio, fcntl.LOCK_UN)
+                        if got:
+                            break
+                        time.sleep(0.2)
+        yield                                       # gate and priority file are released before the work
+    finally:
+        for f in files:
+            f.close()
+
+
+def _take(files: list, need: int, block: bool) -> bool:
+    """Take `need` slots: any free one when one is needed, else the first `need` in order (the same
+    order for everyone: no deadlock). Without `block`, all or none."""
+    if need == 1:
+        while True:
+            if any(_try_lock(f) for f in files):
+                return True
+            if not block:
+                return False
+            time.sleep(0.2)
+    taken = []
+    for f in files[:need]:
+        if block:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        elif not _try_lock(f):
+            for t in taken:
+                fcntl.flock(t, fcntl.LOCK_UN)
+            return False
+        taken.append(f)
+    return True
+
+
+def _try_lock(f) -> bool:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+# A training cut by the liveness net while under its CPU cap is the environment's fault (an `error`,
+# retried) only if its threads spent at least this share of the wall time runnable but waiting for
+# a CPU: load starved it. A tree that slept instead (or lowered its own priority) chose not to run,
+# and the seed is `invalid`. The CPU cap is at most 1/LIVENESS_FACTOR of what the net would allow
+# an unstarved tree, so a busy tree the net cuts got under a quarter of its cores and waited for
+# the rest: its share is well above this.
+STARVED_SHARE = 0.5
+
+
+def data_mounts(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> tuple[list[Mount], dict]:
+    """Splits too large to commit are materialized once into a cache, keyed by version.
+
+    The `ci` and `smoke` splits are committed in the repo (tests and laptops need no prepare
+    step); `full` splits are written by the grader's prepare function (`data.prepare`).
+    """
+    if not task.prepare or not task.data_env or scale != "full":
+        return [], {}
+    key = tree_sha256(task.grader, UNVERSIONED)[:16]
+    dest = cache_root / "data" / task.name / scale / key
+    if not (dest / ".complete").exists():
+        say(f"materializing the {scale} training split into {dest} (once)")
+        grader = load_grader(task.name, task.grader)
+        dest.mkdir(parents=True, exist_ok=True)
+        sums = getattr(grader, task.prepare)(scale, dest)
+        (dest / "SHA256SUMS").write_text("".join(f"{v}  {k}\n" for k, v in sorted(sums.items())))
+        (dest / ".complete").write_text("ok")
+    # the validation split never reaches the grader's training
+    for v in task.validation_files:
+        (dest / Path(v).name).unlink(missing_ok=True)
+    return [Mount(DATA, dest, False)], {task.data_env: DATA}
+
+
+def build_training_copy(task: Task, sub: Submission, dest: Path) -> Path:
+    """Pristine repo + accepted patch, validation data removed, read-only."""
+    copy_repo(task, dest)
+    apply(sub, dest)
+    for v in task.validation_files:
+        (dest / v).unlink(missing_ok=True)
+    make_read_only(dest)
+    return dest
+
+
+def build_once(dest: Path, build) -> Path:
+    if dest.exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".partial")
+    if tmp.exists():
+        make_writable(tmp)
+        shutil.rmtree(tmp)
+    build(tmp)
+    tmp.rename(dest)
+    return dest
+
+
+def _entry_argv(task: Task, sb: Sandbox, seed: int, scale: str, cap_s: float, device: str) -> list[str]:
+    argv = shlex.split(task.entry)
+    if argv and argv[0] in ("python", "python3"):
+        argv[0] = python_executable()
+    return argv + ["--out", sb.path(OUT), "--seed", str(seed), "--scale", scale,
+                   "--budget-s", f"{cap_s:.0f}", "--device", device]
+
+
+MAX_META_BYTES = 64 << 10        # a metadata file larger than this is not copied (the reader ignores it too)
+
+
+MAX_OUT_FILES = 1024             # entries a training run may leave in its output folder
+
+
+def checkpoint_limit(task: Task, scale: str) -> int:
+    """Largest checkpoint file the harness copies: the model's fp32 parameters plus header slack
+    (the strict loader refuses any other size later; this bounds the copy itself)."""
+    return task.scale(scale).n_params * 4 + MAX_CKPT_OVERHEAD
+
+
+def out_guard(out: Path, max_bytes: int, max_files: int = MAX_OUT_FILES):
+    """A check for Sandbox.run's watch: what the run has written so far, bounded before any copy."""
+    def check() -> str | None:
+        n, size = 0, 0
+        for root, dirs, files in os.walk(out):
+            for name in dirs + files:
+                n += 1
+                if n > max_files:
+                    return f"more than {max_files} files in its output folder"
+                try:
+                    st = os.lstat(os.path.join(root, name))
+                except OSError:
+                    continue
+                size += st.st_blocks * 512     # space it takes: a sparse file costs what it holds
+                if size > max_bytes:
+                    return f"more than {max_bytes >> 20} MiB in its output folder"
+        return None
+    return check
+
+
+def _refusal(fd: int, limit: int | None) -> str | None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if limit is not None and st.st_size > limit:
+        return f"{st.st_size} bytes, more than the model's parameters need ({limit})"
+    try:       # a hole anywhere: the file claims more than it holds
+        hole = os.lseek(fd, 0, os.SEEK_HOLE) if st.st_size else 0
+    except OSError:
+        hole = st.st_size
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)       # SEEK_HOLE moved the offset: the copy reads from the start
+    return "a sparse file" if hole < st.st_size else None
+
+
+def snapshot_checkpoints(out: Path, dest: Path, max_bytes: int | None = None,
+                         refused: dict | None = None) -> list[Path]:
+    """Copy the last 3 checkpoints (by step in the name) out of the training folder.
+
+    Only regular files are taken (no symlinks followed), so nothing the run leaves behind
+    can change what is evaluated afterwards. Each is checked before any byte is copied: a
+    checkpoint over `max_bytes` or with holes (sparse) is refused, and so is its metadata over
+    MAX_META_BYTES; refusals go to `refused` (name -> reason).
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    refused = {} if refused is None else refused
+    found = []
+    try:
+        entries = list(os.scandir(out)) if out.exists() else []
+    except OSError:
+        entries = []
+    if len(entries) > MAX_OUT_FILES:
+        refused["*"] = f"more than {MAX_OUT_FILES} entries in the output folder"
+        return []
+    for e in entries:
+        m = CKPT_RE.match(e.name)
+        if m and e.is_file(follow_symlinks=False):
+            found.append((int(m.group(1)), out / e.name))
+    taken = []
+    for _, p in sorted(found)[-MAX_CKPT_FILES:]:
+        for src, limit in ((p, max_bytes), (p.with_suffix(".json"), MAX_META_BYTES)):
+            try:   # O_NONBLOCK: a FIFO planted under a checkpoint's name must not hang the harness
+                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue
+            why = _refusal(fd, limit)
+            if why is not None:
+                os.close(fd)
+                if src == p or why != "not a regular file":
+                    refused[src.name] = why
+                continue
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb") as fin, open(dest / src.name, "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+        if (dest / p.name).exists():
+            taken.append(dest / p.name)
+    return taken
+
+
+def training_sandbox(ctx: RunContext, train_repo: Path, seed_dir: Path, extra_mounts: list,
+                     extra_env: dict) -> Sandbox:
+    """Read-only repo copy, a writable output folder and private HOME (under `seed_dir`); no network."""
+    out, home = seed_dir / "out", seed_dir / "home"
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    mounts = [Mount(REPO, train_repo, False), Mount(OUT, out, True), Mount(TRAIN_HOME, home, True),
+              Mount(KERNELS, KERNELS_DIR, False), *extra_mounts]
+    gpu = ctx.device.startswith("cuda")
+    # no address-space limit on a GPU: CUDA reserves far more virtual memory than it uses
+    sb = Sandbox(backend=ctx.backend, mounts=mounts, network=False, gpu=gpu,
+                 max_memory_bytes=None if gpu else default_memory_limit())
+    env = sb.base_env(TRAIN_HOME)
+    # Passive thread pools: a spinning OpenMP worker burns CPU time while it waits for a core, and
+    # under load that would charge the machine's contention to the run's CPU cap.
+    env.update(OMP_NUM_THREADS=str(ctx.threads), MKL_NUM_THREADS=str(ctx.threads),
+               OMP_WAIT_POLICY="PASSIVE", KMP_BLOCKTIME="0",
+               **{k: sb.path(v) for k, v in extra_env.items()})
+    if ctx.cpu_cap_s is not None:
+        env["AI4AI_CPU_BUDGET_S"] = f"{ctx.cpu_cap_s:.0f}"
+    if ctx.backend == "none":
+        env["PYTHONPATH"] = str(train_repo)
+    sb.env = env
+    return sb
+
+
+class EnvironmentFault(RuntimeError):
+    """The machine, not the submission, ended a training run (recorded as `error`, retried)."""
+
+
+def run_training(ctx: RunContext, train_repo: Path, seed: int, seed_dir: Path, extra_mounts: list,
+                 extra_env: dict, label: str) -> tuple:
+    """Train once under the caps; returns (outcome, snapshotted checkpoints, invalid reason or None).
+
+    Raises EnvironmentFault when the liveness net cut a run that was under its CPU cap on a host
+    with no idle capacity: load slowed it, so its checkpoints say nothing about the submission."""
+    # The sandbox's folders live in a neutral stage folder while it runs (see stage_dir) and move
+    # to the seed's folder afterwards.
+    stage = stage_dir(ctx)
+    sb = training_sandbox(ctx, train_repo, stage, extra_mounts, extra_env)
+    bar = TrainingBar(label, ctx.progress)
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_bytes = checkpoint_limit(ctx.task, ctx.scale)
+    # room for every checkpoint a run might keep and their metadata, plus logs and caches
+    sb.watch = out_guard(stage / "out", 64 * ckpt_bytes + (256 << 20))
+    outcome = sb.run(_entry_argv(ctx.task, sb, seed, ctx.scale, ctx.cap_s, ctx.device), REPO,
+                     ctx.cap_s, seed_dir / "train.log", on_line=bar.on_line, cpu_limit_s=ctx.cpu_cap_s)
+    bar.close()
+    for part in ("out", "home"):
+        (stage / part).rename(seed_dir / part)
+    stage.rmdir()
+    refused: dict = {}
+    ckpts = snapshot_checkpoints(seed_dir / "out", seed_dir / "checkpoints", ckpt_bytes, refused)
+    if refused:
+        write_json(seed_dir / "refused.json", refused)
+    reason = None
+    if outcome.limit:
+        reason = f"training ended by the sandbox: {outcome.limit}"
+    elif outcome.cut == "wall" and ctx.cpu_cap_s is not None:
+        used = (f"{outcome.cpu_s:.0f} of {ctx.cpu_cap_s:.0f} CPU-s in {outcome.wall_s:.0f} s, "
+                f"{outcome.run_delay_s:.0f} s waiting for a CPU")
+        busy = outcome.cpu_s + outcome.run_delay_s >= STARVED_SHARE * outcome.wall_s
+        if outcome.lowered_priority:
+            reason = f"lowered its own scheduling priority and ran past the liveness net ({used})"
+        elif not busy:
+            reason = f"idle past the liveness net: {used}"
+        elif outcome.run_delay_s < STARVED_SHARE * outcome.wall_s:
+            # it ran, unstarved, and met the net before its CPU cap (a net narrower than the CPU cap
+            # allows, e.g. set by hand): the wall clock was its budget, as at full; what it wrote counts
+            reason = None if ckpts else "timed out with no checkpoint"
+        else:
+            idle = outcome.host_idle_cores
+            raise EnvironmentFault(f"cut by the liveness net under its CPU cap ({used}; host idle "
+                                   f"{'unknown' if idle is None else f'{idle:.2f} cores'}): the machine was too loaded")
+    elif not outcome.timed_out and outcome.returncode != 0:
+        reason = f"training exited with code {outcome.returncode}: {_log_tail(seed_dir / 'train.log')}"
+    elif not ckpts and refused:
+        reason = "no checkpoint could be taken: " + "; ".join(f"{k}: {v}" for k, v in list(refused.items())[:3])
+    elif not ckpts:
+        reason = {"cpu": "CPU budget spent with no checkpoint", "wall": "timed out with no checkpoint"}.get(
+            outcome.cut, "training wrote no checkpoint")
+    return outcome, ckpts, reason
+
+
+def _log_tail(path: Path, n: int = 300) -> str:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return printable(lines[-1] if lines else "")[-n:]

@@ -1,0 +1,87 @@
+"""trajectory.jsonl: every proxy call and submission mark an agent made, one JSON object a line.
+
+The one writer (`Trajectory.append`, used by the proxy server) and the one reader (`events`, used
+by the pipeline for result.json and by the report for its curves) of the file, so that its field
+names are written once. A line is
+
+    {"time": ISO-8601, "elapsed_s": seconds since the window opened, "event": "proxy" | "submit", ...}
+
+and a proxy event carries `call`, `patch_sha256`, `proxy_metric`, `proxy_score` (sigma on the
+validation anchors; null when the call failed), `status`, `reason` (proxy.REASONS), `detail`,
+`duration_s`, `lock_wait_s` and `rejected`. The file lives outside the agent's workspace: the
+agent cannot write it, but a reader still skips lines that are not objects of this shape.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROXY, SUBMIT = "proxy", "submit"
+BRIEF_KEYS = ("call", "proxy_score", "proxy_metric", "elapsed_s", "patch_sha256")
+EMPTY_SUMMARY = {"proxy_calls": 0, "first_valid_proxy": None, "best_proxy": None, "final_proxy": None,
+                 "regressed_after_best": None}
+
+
+@dataclass
+class Trajectory:
+    path: Path
+    started: float = field(default_factory=time.time)
+
+    def start(self) -> None:
+        self.path.touch()
+
+    def append(self, event: str, **fields) -> dict:
+        rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "elapsed_s": round(time.time() - self.started, 2),
+               "event": event, **fields}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        return rec
+
+
+def _number(x) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def events(path: Path, kind: str | None = PROXY) -> list[dict]:
+    """The file's events of `kind` (all with None), in order; a missing file has none."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("event") in (PROXY, SUBMIT) and (kind is None or rec["event"] == kind):
+            out.append(rec)
+    return out
+
+
+def proxy_score(rec: dict) -> float | None:
+    return _number(rec.get("proxy_score"))
+
+
+def summary(path: Path) -> dict:
+    """result.json's `trajectory` field."""
+    calls = events(path)
+    valid = [c for c in calls if proxy_score(c) is not None]
+    if not valid:
+        return {**EMPTY_SUMMARY, "proxy_calls": len(calls)}
+    best = max(valid, key=proxy_score)
+    final = calls[-1]
+
+    def brief(c):
+        return {k: c.get(k) for k in BRIEF_KEYS}
+    return {"proxy_calls": len(calls), "first_valid_proxy": brief(valid[0]), "best_proxy": brief(best),
+            "final_proxy": brief(final), "regressed_after_best": (proxy_score(final) or 0.0) < proxy_score(best)}
+
+
+def curve(path: Path) -> list[tuple[float, float]]:
+    """(minutes into the agent window, proxy score) of every scored proxy call."""
+    return sorted((_number(c.get("elapsed_s")) / 60.0, proxy_score(c)) for c in events(path)
+                  if proxy_score(c) is not None and _number(c.get("elapsed_s")) is not None)
