@@ -73,7 +73,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .submission import PatchFormatError, apply_hunks, parse_patch
+from .patches import MISSING, PatchFormatError, apply_patch
 
 LABELS = ("none", "hyperparameters", "engineering", "algorithm", "unclassified")
 _RANK = {"none": 0, "hyperparameters": 1, "engineering": 2, "algorithm": 3}
@@ -1127,14 +1127,11 @@ def classify_files(files: dict, reach: tuple | None = None) -> Classification:
 def patch_files(patch_text: str, base_dir: Path) -> dict:
     """rel -> (old, new) texts of every file the patch touches, applied to base_dir's files."""
     out = {}
-    for old_rel, new_rel, hunks in parse_patch(patch_text):
-        rel = new_rel if new_rel is not None else old_rel
-        base = Path(base_dir) / rel
-        old = base.read_text() if old_rel is not None and base.is_file() else None
-        if old_rel is not None and old is None:
-            raise PatchFormatError(f"{rel}: not in {base_dir}")
-        new = None if new_rel is None else apply_hunks(old or "", hunks)
-        out[rel] = (old, new)
+    for change in apply_patch(patch_text, base_dir):
+        if change.problem:
+            raise PatchFormatError(f"{change.path}: not in {base_dir}" if change.problem == MISSING
+                                   else change.problem)
+        out[change.path] = (change.old, change.new)
     return out
 
 
