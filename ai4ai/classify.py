@@ -1028,6 +1028,16 @@ def shadows(rels) -> bool:
     return any(p in SHADOWABLE for rel in rels for p in [Path(rel).stem, *Path(rel).parts[:-1]])
 
 
+def _shape(stmts: list) -> list:
+    """The statements with their literals masked: equal shapes differ in literal values at most."""
+    return [(s.scope, s.masked) for s in stmts]
+
+
+def _literal_changes(rel: str, old: list, new: list) -> list[str]:
+    """Notes on the statements of two equal shapes whose literals differ."""
+    return [f"{rel}:{b.lineno}: {a.text} -> {b.text}" for a, b in zip(old, new) if a.exact != b.exact]
+
+
 def classify_python(rel: str, old: str | None, new: str | None, keep_old=None, keep_new=None,
                     kernels: bool = True) -> _FileVerdict:
     """One file's verdict; keep_old / keep_new(owner) say which code of each version runs;
@@ -1042,24 +1052,17 @@ def classify_python(rel: str, old: str | None, new: str | None, keep_old=None, k
         a, b = old_vals.get(name), new_vals.get(name)
         if (a and a[0]) != (b and b[0]):
             literal_notes.append(f"{rel}: {name} {a[0] if a else '(new)'} -> {b[0] if b else '(removed)'}")
-    masked_old = [(s.scope, s.masked) for s in old_st]
-    masked_new = [(s.scope, s.masked) for s in new_st]
-    if masked_old == masked_new:
-        for a, b in zip(old_st, new_st):
-            if a.exact != b.exact:
-                literal_notes.append(f"{rel}:{b.lineno}: {a.text} -> {b.text}")
+    if _shape(old_st) == _shape(new_st):
+        literal_notes += _literal_changes(rel, old_st, new_st)
         if literal_notes:
             return _FileVerdict("hyperparameters", literal_notes)
         return _FileVerdict("none", [f"{rel}: only comments or docstrings changed, or code that nothing "
                                      "reachable from the entry point runs"])
     old_c = statements(old, keep_old, canonical=kernels)[0] if old is not None else []
     new_c = statements(new, keep_new, canonical=kernels)[0] if new is not None else []
-    canon_old = [(s.scope, s.masked) for s in old_c]
-    canon_new = [(s.scope, s.masked) for s in new_c]
+    canon_old, canon_new = _shape(old_c), _shape(new_c)
     if canon_old == canon_new:
-        for a, b in zip(old_c, new_c):
-            if a.exact != b.exact:
-                literal_notes.append(f"{rel}:{b.lineno}: {a.text} -> {b.text}")
+        literal_notes += _literal_changes(rel, old_c, new_c)
         return _FileVerdict("engineering", [f"{rel}: {_kernel_note(old, new)}"] + literal_notes)
     changed = []
     sm = difflib.SequenceMatcher(None, canon_old, canon_new, autojunk=False)
