@@ -73,7 +73,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .submission import PatchFormatError, apply_hunks, parse_patch
+from .patches import MISSING, PatchFormatError, apply_patch
 
 LABELS = ("none", "hyperparameters", "engineering", "algorithm", "unclassified")
 _RANK = {"none": 0, "hyperparameters": 1, "engineering": 2, "algorithm": 3}
@@ -1028,6 +1028,16 @@ def shadows(rels) -> bool:
     return any(p in SHADOWABLE for rel in rels for p in [Path(rel).stem, *Path(rel).parts[:-1]])
 
 
+def _shape(stmts: list) -> list:
+    """The statements with their literals masked: equal shapes differ in literal values at most."""
+    return [(s.scope, s.masked) for s in stmts]
+
+
+def _literal_changes(rel: str, old: list, new: list) -> list[str]:
+    """Notes on the statements of two equal shapes whose literals differ."""
+    return [f"{rel}:{b.lineno}: {a.text} -> {b.text}" for a, b in zip(old, new) if a.exact != b.exact]
+
+
 def classify_python(rel: str, old: str | None, new: str | None, keep_old=None, keep_new=None,
                     kernels: bool = True) -> _FileVerdict:
     """One file's verdict; keep_old / keep_new(owner) say which code of each version runs;
@@ -1042,24 +1052,17 @@ def classify_python(rel: str, old: str | None, new: str | None, keep_old=None, k
         a, b = old_vals.get(name), new_vals.get(name)
         if (a and a[0]) != (b and b[0]):
             literal_notes.append(f"{rel}: {name} {a[0] if a else '(new)'} -> {b[0] if b else '(removed)'}")
-    masked_old = [(s.scope, s.masked) for s in old_st]
-    masked_new = [(s.scope, s.masked) for s in new_st]
-    if masked_old == masked_new:
-        for a, b in zip(old_st, new_st):
-            if a.exact != b.exact:
-                literal_notes.append(f"{rel}:{b.lineno}: {a.text} -> {b.text}")
+    if _shape(old_st) == _shape(new_st):
+        literal_notes += _literal_changes(rel, old_st, new_st)
         if literal_notes:
             return _FileVerdict("hyperparameters", literal_notes)
         return _FileVerdict("none", [f"{rel}: only comments or docstrings changed, or code that nothing "
                                      "reachable from the entry point runs"])
     old_c = statements(old, keep_old, canonical=kernels)[0] if old is not None else []
     new_c = statements(new, keep_new, canonical=kernels)[0] if new is not None else []
-    canon_old = [(s.scope, s.masked) for s in old_c]
-    canon_new = [(s.scope, s.masked) for s in new_c]
+    canon_old, canon_new = _shape(old_c), _shape(new_c)
     if canon_old == canon_new:
-        for a, b in zip(old_c, new_c):
-            if a.exact != b.exact:
-                literal_notes.append(f"{rel}:{b.lineno}: {a.text} -> {b.text}")
+        literal_notes += _literal_changes(rel, old_c, new_c)
         return _FileVerdict("engineering", [f"{rel}: {_kernel_note(old, new)}"] + literal_notes)
     changed = []
     sm = difflib.SequenceMatcher(None, canon_old, canon_new, autojunk=False)
@@ -1127,14 +1130,11 @@ def classify_files(files: dict, reach: tuple | None = None) -> Classification:
 def patch_files(patch_text: str, base_dir: Path) -> dict:
     """rel -> (old, new) texts of every file the patch touches, applied to base_dir's files."""
     out = {}
-    for old_rel, new_rel, hunks in parse_patch(patch_text):
-        rel = new_rel if new_rel is not None else old_rel
-        base = Path(base_dir) / rel
-        old = base.read_text() if old_rel is not None and base.is_file() else None
-        if old_rel is not None and old is None:
-            raise PatchFormatError(f"{rel}: not in {base_dir}")
-        new = None if new_rel is None else apply_hunks(old or "", hunks)
-        out[rel] = (old, new)
+    for change in apply_patch(patch_text, base_dir):
+        if change.problem:
+            raise PatchFormatError(f"{change.path}: not in {base_dir}" if change.problem == MISSING
+                                   else change.problem)
+        out[change.path] = (change.old, change.new)
     return out
 
 

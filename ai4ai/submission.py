@@ -20,6 +20,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .patches import apply_patch, lines as _lines, unified_diff
+from .patches import PatchFormatError, apply_hunks, parse_patch  # noqa: F401  (imported from here by callers)
 from .task import Task
 
 MAX_PATCH_BYTES = 100_000
@@ -70,112 +72,6 @@ class Submission:
         return {"patch": "submission.patch", "sha256": self.sha256, "files": sorted(self.files),
                 "rejected_files": [{"path": p, "reason": r} for p, r in sorted(self.rejected.items())],
                 "lines_added": self.lines_added, "lines_removed": self.lines_removed}
-
-
-class PatchFormatError(ValueError):
-    """The patch text is not a unified diff this harness can read."""
-
-
-# --------------------------------------------------------------------------- unified diffs
-
-def _lines(text: str) -> list[str]:
-    return text.splitlines(keepends=True)
-
-
-def unified_diff(rel: str, old: str | None, new: str | None) -> str:
-    """A git-style unified diff of one file (whole-file hunk with 3 lines of context)."""
-    import difflib
-    a, b = _lines(old or ""), _lines(new or "")
-    out = [f"--- {'a/' + rel if old is not None else '/dev/null'}\n",
-           f"+++ {'b/' + rel if new is not None else '/dev/null'}\n"]
-    for group in difflib.SequenceMatcher(None, a, b, autojunk=False).get_grouped_opcodes(3):
-        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
-        out.append(f"@@ -{i1 + 1 if i2 > i1 else i1},{i2 - i1} +{j1 + 1 if j2 > j1 else j1},{j2 - j1} @@\n")
-        for tag, x1, x2, y1, y2 in group:
-            if tag == "equal":
-                out += [_emit(" ", line) for line in a[x1:x2]]
-                continue
-            out += [_emit("-", line) for line in a[x1:x2]]
-            out += [_emit("+", line) for line in b[y1:y2]]
-    return "".join(out) if len(out) > 2 else ""
-
-
-def _emit(prefix: str, line: str) -> str:
-    if line.endswith("\n"):
-        return prefix + line
-    return prefix + line + "\n\\ No newline at end of file\n"
-
-
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def parse_patch(text: str) -> list[tuple[str | None, str | None, list]]:
-    """[(old_path, new_path, hunks)] where a hunk is (old_start, [(op, line)]); paths without a/ b/."""
-    files, lines, i = [], text.splitlines(keepends=True), 0
-    while i < len(lines):
-        if not lines[i].startswith("--- "):
-            i += 1
-            continue
-        if i + 1 >= len(lines) or not lines[i + 1].startswith("+++ "):
-            raise PatchFormatError(f"line {i + 1}: '---' not followed by '+++'")
-        old, new = _path(lines[i][4:]), _path(lines[i + 1][4:])
-        i += 2
-        hunks = []
-        while i < len(lines) and lines[i].startswith("@@"):
-            m = _HUNK.match(lines[i])
-            if not m:
-                raise PatchFormatError(f"line {i + 1}: malformed hunk header {lines[i].strip()!r}")
-            n_old = int(m.group(2)) if m.group(2) is not None else 1
-            n_new = int(m.group(4)) if m.group(4) is not None else 1
-            i += 1
-            body, seen_old, seen_new = [], 0, 0
-            while i < len(lines) and (seen_old < n_old or seen_new < n_new or lines[i].startswith("\\")):
-                ln = lines[i]
-                if ln.startswith("\\"):
-                    if body:
-                        op, prev = body[-1]
-                        body[-1] = (op, prev[:-1] if prev.endswith("\n") else prev)
-                    i += 1
-                    continue
-                op, content = ln[:1], ln[1:]
-                if op == "\n" or ln in ("\n", "\r\n"):
-                    op, content = " ", ln
-                if op not in " +-":
-                    raise PatchFormatError(f"line {i + 1}: unexpected {ln[:20]!r} inside a hunk")
-                body.append((op, content))
-                seen_old += op in " -"
-                seen_new += op in " +"
-                i += 1
-            hunks.append((int(m.group(1)), body))
-        files.append((old, new, hunks))
-    return files
-
-
-def _path(s: str) -> str | None:
-    s = s.rstrip("\n").split("\t")[0].strip()
-    if s == "/dev/null":
-        return None
-    return s[2:] if s.startswith(("a/", "b/")) else s
-
-
-def apply_hunks(old: str, hunks: list) -> str:
-    """Apply hunks strictly: every context and removed line must match where the header says."""
-    src, out, pos = _lines(old), [], 0
-    for start, body in hunks:
-        at = max(start - 1, 0) if any(op in " -" for op, _ in body) else start
-        if at < pos:
-            raise PatchFormatError("hunks overlap or are out of order")
-        out += src[pos:at]
-        pos = at
-        for op, line in body:
-            if op in " -":
-                if pos >= len(src) or src[pos] != line:
-                    raise PatchFormatError(f"hunk does not apply at line {pos + 1}")
-                pos += 1
-            if op in " +":
-                out.append(line)
-    out += src[pos:]
-    return "".join(out)
 
 
 # --------------------------------------------------------------------------- the filter
@@ -526,25 +422,11 @@ def from_patch(task: Task, pristine: Path, patch_text: str, scale: str | None = 
     """Read a unified diff (e.g. examples/<task>/*.patch) against the pristine copy; `scale` as in
     from_workspace."""
     changes, rejected = {}, {}
-    for old, new, hunks in parse_patch(patch_text):
-        rel = new if new is not None else old
-        if rel is None:
-            raise PatchFormatError("a file section with /dev/null on both sides")
-        reason = check_path(task, rel)
-        if reason:
-            rejected[rel] = reason
-            continue
-        base = pristine / rel
-        if old is not None and not base.is_file():
-            rejected[rel] = "patch modifies a file the repo does not have"
-            continue
-        try:
-            if new is None:
-                changes[rel] = None
-            else:
-                changes[rel] = apply_hunks(base.read_text() if old is not None else "", hunks).encode()
-        except PatchFormatError as e:
-            rejected[rel] = str(e)
+    for change in apply_patch(patch_text, pristine, check=lambda rel: check_path(task, rel)):
+        if change.problem:
+            rejected[change.path] = change.problem
+        else:
+            changes[change.path] = change.new.encode() if change.new is not None else None
     if len(patch_text.encode()) > MAX_PATCH_BYTES:
         rejected.update({rel: f"patch file is {len(patch_text.encode())} bytes (limit {MAX_PATCH_BYTES})" for rel in changes})
         changes = {}

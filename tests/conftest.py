@@ -35,5 +35,20 @@ def repo_copy(tmp_path, optimizer_task):
     return dest
 
 
+@pytest.fixture
+def fake_api():
+    """make(mode, key): a started fake model API (tests/fake_api.py), stopped after the test."""
+    from tests.fake_api import FakeAPI
+    apis = []
+
+    def make(mode: str, key: str) -> FakeAPI:
+        api = FakeAPI(mode, key).start()
+        apis.append(api)
+        return api
+    yield make
+    for a in apis:
+        a.stop()
+
+
 def example(name: str) -> Path:
     return PROJECT_ROOT / "examples" / "optimizer" / name

@@ -96,6 +96,17 @@ class FakeAPI:
                 with open(self.report, "a") as f:
                     f.write(json.dumps(row) + "\n")
 
+    def totals(self, prices: dict) -> tuple[dict, float]:
+        """(tokens by kind, usd): what this API reported, in the gateway's terms, priced from `prices`."""
+        from ai4ai.gateway import TOKEN_KEYS, cost_usd, normalize_usage, price_for
+        tot, usd = dict.fromkeys(TOKEN_KEYS, 0), 0.0
+        for r in self.reported:
+            t = normalize_usage(r["usage"])
+            usd += cost_usd(t, price_for(prices, r["model"]))
+            for k in tot:
+                tot[k] += t[k]
+        return tot, usd
+
     def command_for(self, step: int) -> str | None:
         """The shell command of this turn, or None for the final answer."""
         if self.mode in ("window", "cap"):

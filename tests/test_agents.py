@@ -17,7 +17,6 @@ from ai4ai.proxy import choose_submission
 from ai4ai.trajectory import summary as trajectory_summary
 from ai4ai.sandbox import KERNELS_DIR, Mount, Sandbox, bwrap_available
 from ai4ai.submission import Submission
-from tests.fake_api import FakeAPI
 
 KEY = "sk-test-NEVER-IN-RUN-DIR-9f3a"
 
@@ -107,10 +106,10 @@ import time; time.sleep(1.5)
 
 @pytest.mark.skipif(not bwrap_available(), reason="api_only needs the bwrap network namespace")
 @pytest.mark.parametrize("network", ["api_only", "open"])
-def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(tmp_path, monkeypatch, network):
+def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(tmp_path, monkeypatch, fake_api, network):
     """api_only: only the gateway is reachable. open (the escape hatch): the host network too, and
     the key and the cost record are the gateway's all the same."""
-    api = FakeAPI("edit", KEY).start()
+    api = fake_api("edit", KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     probe = tmp_path / "bin" / "probe.py"
     probe.parent.mkdir()
@@ -145,7 +144,6 @@ def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(t
     finally:
         done.set()
         t.join()
-        api.stop()
     log = ctx.log_path.read_text()
     assert "GATEWAY 200 True" in log, log
     if network == "api_only":

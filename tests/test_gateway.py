@@ -7,8 +7,7 @@ import threading
 
 import pytest
 
-from ai4ai.gateway import Gateway, Upstream, cost_usd, normalize_usage, price_for
-from tests.fake_api import FakeAPI
+from ai4ai.gateway import Gateway, Upstream, normalize_usage, price_for
 
 KEY = "sk-test-REAL-KEY-held-by-the-gateway-77c1"
 PRICES = {"default": {"input": 3.0, "cached_input": 0.3, "cache_write": 3.75, "output": 15.0},
@@ -25,19 +24,6 @@ class UnixHTTP(http.client.HTTPConnection):
     def connect(self):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(self._path)
-
-
-@pytest.fixture
-def fake():
-    apis = []
-
-    def make(mode="edit"):
-        api = FakeAPI(mode, KEY).start()
-        apis.append(api)
-        return api
-    yield make
-    for a in apis:
-        a.stop()
 
 
 def gateway(tmp_path, api, auth="x-api-key", **kw):
@@ -59,20 +45,8 @@ def call(gw, path, body, headers):
 BASH = [{"name": "Bash", "input_schema": {"type": "object"}}]
 
 
-def expected(reported, prices=PRICES):
-    tot = dict.fromkeys(("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens",
-                         "reasoning_tokens"), 0)
-    usd = 0.0
-    for r in reported:
-        t = normalize_usage(r["usage"])
-        usd += cost_usd(t, price_for(prices, r["model"]))
-        for k in tot:
-            tot[k] += t[k]
-    return tot, usd
-
-
-def test_streamed_anthropic_calls_counted_key_injected(tmp_path, fake):
-    api = fake("edit")
+def test_streamed_anthropic_calls_counted_key_injected(tmp_path, fake_api):
+    api = fake_api("edit", KEY)
     gw = gateway(tmp_path, api)
     msgs = [{"role": "user", "content": "go"}]
     for _ in range(3):
@@ -83,7 +57,7 @@ def test_streamed_anthropic_calls_counted_key_injected(tmp_path, fake):
         msgs.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "ok"}]})
     gw.stop()
     assert api.bad_keys == 0 and len(api.reported) == 3          # the dummy never reached the API
-    tot, usd = expected(api.reported)
+    tot, usd = api.totals(PRICES)
     s = gw.summary()
     assert {k: s[k] for k in tot} == tot
     assert tot["input_tokens"] == 3 * 700 + 1000 + 1010 + 1020 and tot["output_tokens"] == 40 + 41 + 42
@@ -94,8 +68,8 @@ def test_streamed_anthropic_calls_counted_key_injected(tmp_path, fake):
     assert KEY not in (tmp_path / "api_calls.jsonl").read_text()
 
 
-def test_openai_plain_and_streamed_bearer_auth(tmp_path, fake):
-    api = fake("edit")
+def test_openai_plain_and_streamed_bearer_auth(tmp_path, fake_api):
+    api = fake_api("edit", KEY)
     gw = gateway(tmp_path, api, auth="bearer")
     tools = [{"type": "function", "name": "exec_command"}]
     status, data = call(gw, "/v1/responses", {"model": "gpt-5-codex", "input": [], "tools": tools},
@@ -105,15 +79,15 @@ def test_openai_plain_and_streamed_bearer_auth(tmp_path, fake):
                         {"Authorization": "Bearer dummy"})
     assert status == 200 and b"response.completed" in data
     gw.stop()
-    tot, usd = expected(api.reported)
+    tot, usd = api.totals(PRICES)
     s = gw.summary()
     assert api.bad_keys == 0 and {k: s[k] for k in tot} == tot and s["reasoning_tokens"] == 40
     assert s["usd"] == pytest.approx(usd, abs=1e-6)
     assert price_for(PRICES, "gpt-5-codex")["input"] == 1.25          # priced by model prefix
 
 
-def test_429_retried_with_retry_after_and_recorded(tmp_path, fake):
-    api = fake("429")
+def test_429_retried_with_retry_after_and_recorded(tmp_path, fake_api):
+    api = fake_api("429", KEY)
     gw = gateway(tmp_path, api)
     status, _ = call(gw, "/v1/messages", {"model": "m", "stream": True, "tools": BASH, "messages": []}, {})
     gw.stop()
@@ -122,8 +96,8 @@ def test_429_retried_with_retry_after_and_recorded(tmp_path, fake):
     assert row["retries"] == [{"status": 429, "wait_s": 1.0}] and gw.summary()["retries"] == 1
 
 
-def test_cap_refuses_the_next_call_and_trips(tmp_path, fake):
-    api = fake("cap")
+def test_cap_refuses_the_next_call_and_trips(tmp_path, fake_api):
+    api = fake_api("cap", KEY)
     tripped = threading.Event()
     gw = gateway(tmp_path, api, max_usd=0.5, on_cap=tripped.set)
     statuses = []
@@ -135,7 +109,7 @@ def test_cap_refuses_the_next_call_and_trips(tmp_path, fake):
     assert statuses == [200, 200, 403, 403, 403] and tripped.is_set()
     s = gw.summary()
     assert s["capped"] and s["refused"] == 3 and len(api.reported) == 2
-    assert s["usd"] == pytest.approx(expected(api.reported)[1], abs=1e-6)
+    assert s["usd"] == pytest.approx(api.totals(PRICES)[1], abs=1e-6)
     rows = [json.loads(x) for x in (tmp_path / "api_calls.jsonl").read_text().splitlines()]
     assert [r.get("refused") for r in rows] == [None, None, "max_usd", "max_usd", "max_usd"]
 

@@ -3,7 +3,7 @@ import time
 from pathlib import Path
 
 from .. import PROJECT_ROOT
-from ..submission import PatchFormatError, parse_patch, apply_hunks
+from ..patches import PatchFormatError, parse_patch
 from .base import AgentContext, AgentOutcome
 
 
@@ -20,20 +20,22 @@ def run(ctx: AgentContext) -> AgentOutcome:
     t0 = time.monotonic()
     path = resolve(ctx.config["patch"])
     log = [f"patch agent: applying {path}"]
-    for old, new, hunks in parse_patch(path.read_text()):
-        rel = new if new is not None else old
-        target = ctx.workspace / rel
+    # Written file by file: a later section of the same file patches what an earlier one wrote.
+    for section in parse_patch(path.read_text()):
+        rel = section.path
         # Only plain relative paths are written; the submission filter judges them afterwards.
         if not rel or rel.startswith("/") or ".." in Path(rel).parts:
             log.append(f"  skipped {rel!r}: unsafe path")
             continue
+        target = ctx.workspace / rel
         try:
-            if new is None:
+            if section.new is None:
                 target.unlink(missing_ok=True)
             else:
-                base = target.read_text() if old is not None and target.is_file() else ""
+                # a modified file the workspace lacks is patched from empty, as if created
+                base = target.read_text() if section.old is not None and target.is_file() else ""
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(apply_hunks(base, hunks))
+                target.write_text(section.apply(base))
             log.append(f"  applied {rel}")
         except (PatchFormatError, OSError) as e:
             log.append(f"  failed {rel}: {e}")

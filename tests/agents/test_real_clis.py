@@ -19,29 +19,15 @@ from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.agents import claude as claude_agent
 from ai4ai.agents import codex as codex_agent
 from ai4ai.agents.base import AgentContext
-from ai4ai.gateway import cost_usd, normalize_usage, price_for
+from ai4ai.gateway import TOKEN_KEYS as TOKENS
 from ai4ai.sandbox import agent_sandbox, bwrap_available
 from tests.agents.clis import real_cli
 from tests.fake_api import FakeAPI
 
 KEY = "sk-test-REAL-KEY-never-in-the-run-dir-5e2b"
 KINDS = {"claude": (claude_agent, "ANTHROPIC_API_KEY", ""), "codex": (codex_agent, "OPENAI_API_KEY", "/v1")}
-TOKENS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens")
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="the agent sandbox needs bubblewrap")
-
-
-@pytest.fixture
-def fake():
-    apis = []
-
-    def make(mode):
-        api = FakeAPI(mode, KEY).start()
-        apis.append(api)
-        return api
-    yield make
-    for a in apis:
-        a.stop()
 
 
 def agent_cfg(kind: str, **over) -> dict:
@@ -50,20 +36,9 @@ def agent_cfg(kind: str, **over) -> dict:
     return cfg
 
 
-def expected(api: FakeAPI, prices: dict) -> dict:
-    """What the fake API reported, in the gateway's terms and priced from the agent config."""
-    tot = dict.fromkeys(TOKENS, 0)
-    usd = 0.0
-    for r in api.reported:
-        t = normalize_usage(r["usage"])
-        usd += cost_usd(t, price_for(prices, r["model"]))
-        for k in TOKENS:
-            tot[k] += t[k]
-    return dict(tot, usd=round(usd, 6))
-
-
 def assert_cost_matches(usage: dict, api: FakeAPI, prices: dict) -> None:
-    want = expected(api, prices)
+    tot, usd = api.totals(prices)
+    want = dict(tot, usd=round(usd, 6))
     assert api.reported, "the fake API was never called"
     assert {k: usage[k] for k in TOKENS} == {k: want[k] for k in TOKENS}
     assert usage["usd"] == pytest.approx(want["usd"], abs=2e-6)
@@ -88,20 +63,26 @@ def _ctx(tmp_path: Path, cfg: dict, window_s: float) -> AgentContext:
                         log_path=tmp_path / "agent.log", config=cfg, pristine=ws)
 
 
+def _session(tmp_path: Path, fake_api, monkeypatch, kind: str, mode: str, window_s: float, **over):
+    """One agent-level session of `kind` against the fake API in `mode`: (outcome, api, cfg, seconds)."""
+    mod, key_env, path = KINDS[kind]
+    api = fake_api(mode, KEY)
+    monkeypatch.setenv(key_env, KEY)
+    cfg = agent_cfg(kind, base_url=api.base + path, **over)
+    t0 = time.monotonic()
+    out = mod.run(_ctx(tmp_path, cfg, window_s=window_s))
+    return out, api, cfg, time.monotonic() - t0
+
+
 def _orphans(api: FakeAPI) -> list:
     name = f"ai4ai_test_orphan_{api.port}"        # this session's own, not another run's
     return [p for p in psutil.process_iter(["cmdline"]) if name in " ".join(p.info["cmdline"] or [])]
 
 
 @pytest.mark.parametrize("kind", ["claude", "codex"])
-def test_window_ends_the_session_and_its_cost_is_all_counted(tmp_path, fake, monkeypatch, kind):
-    mod, key_env, path = KINDS[kind]
-    api = fake("window")
-    monkeypatch.setenv(key_env, KEY)
-    cfg = agent_cfg(kind, base_url=api.base + path)
-    t0 = time.monotonic()
-    out = mod.run(_ctx(tmp_path, cfg, window_s=20))
-    assert out.timed_out and out.error is None and time.monotonic() - t0 < 60
+def test_window_ends_the_session_and_its_cost_is_all_counted(tmp_path, fake_api, monkeypatch, kind):
+    out, api, cfg, wall_s = _session(tmp_path, fake_api, monkeypatch, kind, "window", window_s=20)
+    assert out.timed_out and out.error is None and wall_s < 60
     assert len(api.reported) >= 3                     # the edit, then one `sleep 1` turn after another
     assert_cost_matches(out.usage, api, cfg["prices"])
     assert "LR = 4e-3" in (tmp_path / "ws" / "optim.py").read_text()
@@ -111,15 +92,10 @@ def test_window_ends_the_session_and_its_cost_is_all_counted(tmp_path, fake, mon
 
 
 @pytest.mark.parametrize("kind", ["claude", "codex"])
-def test_max_usd_stops_the_session(tmp_path, fake, monkeypatch, kind):
-    mod, key_env, path = KINDS[kind]
-    api = fake("cap")
-    monkeypatch.setenv(key_env, KEY)
-    cfg = agent_cfg(kind, base_url=api.base + path, max_usd=1.0)
-    t0 = time.monotonic()
-    out = mod.run(_ctx(tmp_path, cfg, window_s=120))
+def test_max_usd_stops_the_session(tmp_path, fake_api, monkeypatch, kind):
+    out, api, cfg, wall_s = _session(tmp_path, fake_api, monkeypatch, kind, "cap", window_s=120, max_usd=1.0)
     assert out.usage["capped"] and not out.timed_out and out.error is None
-    assert time.monotonic() - t0 < 60
+    assert wall_s < 60
     assert out.usage["usd"] >= 1.0
     assert_cost_matches(out.usage, api, cfg["prices"])
     rows = [json.loads(x) for x in (tmp_path / "api_calls.jsonl").read_text().splitlines()]
@@ -128,12 +104,8 @@ def test_max_usd_stops_the_session(tmp_path, fake, monkeypatch, kind):
 
 
 @pytest.mark.parametrize("kind", ["claude", "codex"])
-def test_429_is_retried_by_the_gateway(tmp_path, fake, monkeypatch, kind):
-    mod, key_env, path = KINDS[kind]
-    api = fake("429")
-    monkeypatch.setenv(key_env, KEY)
-    cfg = agent_cfg(kind, base_url=api.base + path)
-    out = mod.run(_ctx(tmp_path, cfg, window_s=90))
+def test_429_is_retried_by_the_gateway(tmp_path, fake_api, monkeypatch, kind):
+    out, api, cfg, _ = _session(tmp_path, fake_api, monkeypatch, kind, "429", window_s=90)
     assert out.exit_code == 0 and out.error is None
     assert out.usage["retries"] == 1 and [r["status"] for r in api.requests].count(429) == 1
     assert_cost_matches(out.usage, api, cfg["prices"])
@@ -142,8 +114,8 @@ def test_429_is_retried_by_the_gateway(tmp_path, fake, monkeypatch, kind):
     assert any(r["retries"] and r["retries"][0]["status"] == 429 for r in rows)
 
 
-def test_wrong_key_is_an_error_not_a_graded_run(compose_cfg, tmp_path, fake, monkeypatch):
-    api = fake("edit")
+def test_wrong_key_is_an_error_not_a_graded_run(compose_cfg, tmp_path, fake_api, monkeypatch):
+    api = fake_api("edit", KEY)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-the-right-one")
     cfg = compose_cfg("config", ["task=optimizer", "scale=ci", "agent=codex", f"agent.executable={real_cli('codex')}",
                                  f"agent.base_url={api.base}/v1", "agent.max_retries=0"])
@@ -168,11 +140,11 @@ def test_cli_that_exits_before_its_first_call_is_an_error(compose_cfg, tmp_path,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["claude", "codex"])
-def test_full_run_edits_scores_and_is_graded(compose_cfg, tmp_path, fake, monkeypatch, kind):
+def test_full_run_edits_scores_and_is_graded(compose_cfg, tmp_path, fake_api, monkeypatch, kind):
     """`python -m ai4ai.run task=optimizer agent=KIND scale=ci agent.base_url=...`, and the session's
     first command forges the CLI's own usage line on its stdout: the cost must not move."""
     _, key_env, path = KINDS[kind]
-    api = fake("forge")
+    api = fake_api("forge", KEY)
     monkeypatch.setenv(key_env, KEY)
     # a longer window than ci's 120 s: on a loaded machine one proxy call alone can take that long
     cfg = compose_cfg("config", ["task=optimizer", "scale=ci", f"agent={kind}", f"agent.executable={real_cli(kind)}",

@@ -3,8 +3,11 @@
 Every probe runs under `frozen_unchanged`: repos_frozen/, grader_hidden/ (minus the anchor
 records that calibration may append) and kernels/ hash the same after the probe as before.
 """
+import json
 import shutil
+import socket
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -49,8 +52,6 @@ def pristine(tmp_path, task):
 
 def agent_sandbox(tmp_path: Path, backend: str = "bwrap") -> tuple[Sandbox, Path]:
     """The agent phase's sandbox, built by the same function pipeline.run calls."""
-    import time
-
     from ai4ai.sandbox import agent_sandbox as make
     ws, home, binx, sock = (tmp_path / n for n in ("workspace", "agent_home", "bin", "sock"))
     for d in (ws, home / "tmp", binx, sock):
@@ -106,3 +107,34 @@ def baseline_score(result: dict) -> tuple[float, float]:
 def copy_tree(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
+
+
+def proxy_server(tmp_path: Path, task, pristine: Path, train_py: str | None = None, window_s: float = 600):
+    """(the real ProxyServer over a copy of the repo as the agent's workspace, its run folder);
+    `train_py` replaces the workspace's train.py."""
+    from ai4ai.proxy import ProxyServer
+    ws = copy_tree(task.repo, tmp_path / "workspace")
+    if train_py is not None:
+        (ws / "train.py").write_text(train_py)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    return ProxyServer(setup=grade_setup(run_dir, task), pristine=pristine, workspace=ws, run_dir=run_dir,
+                       validation=None, deadline=time.time() + window_s), run_dir
+
+
+def ask_socket(path: Path, payload: bytes, timeout: float = 900) -> dict:
+    """One raw request over the proxy's unix socket and its JSON reply; a proxy call trains, so the
+    default wait is long enough for a loaded machine."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(str(path))
+    with s:
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return json.loads(data)

@@ -1,36 +1,10 @@
 """Route 8: the proxy channel, on the real ProxyServer (handle() and its unix socket)."""
 import json
-import socket
 import threading
 
-from ai4ai.proxy import MAX_CALLS, ProxyServer
+from ai4ai.proxy import MAX_CALLS
 
-from .conftest import copy_tree, grade_setup
-
-
-def _server(tmp_path, task, pristine):
-    ws = copy_tree(task.repo, tmp_path / "workspace")
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    import time
-    return ProxyServer(setup=grade_setup(run_dir, task), pristine=pristine, workspace=ws, run_dir=run_dir,
-                       validation=None, deadline=time.time() + 60), run_dir
-
-
-def _ask(path, payload: bytes) -> dict:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(20)
-    s.connect(str(path))
-    with s:
-        s.sendall(payload)
-        s.shutdown(socket.SHUT_WR)
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    return json.loads(data)
+from .conftest import ask_socket, proxy_server
 
 
 def test_malformed_and_hostile_requests(tmp_path, task, pristine):
@@ -39,7 +13,7 @@ def test_malformed_and_hostile_requests(tmp_path, task, pristine):
     Gains nothing: malformed requests get an error reply and no work; extra fields are ignored (the
     harness only ever snapshots its own workspace into its own .harness folder); past MAX_CALLS no
     training runs; nothing is written outside the run folder."""
-    srv, run_dir = _server(tmp_path, task, pristine)
+    srv, run_dir = proxy_server(tmp_path, task, pristine, window_s=60)
     for req in (None, [], "score", {"cmd": "rm"}, {"cmd": ["score"]}, {"no": "cmd"}):
         r = srv.handle(req)
         assert r["ok"] is False and "cmd" in r["error"]
@@ -58,7 +32,7 @@ def test_flood_of_calls_over_the_socket(tmp_path, task, pristine):
     """Route 8: a flood of concurrent connections: garbage, oversized requests, half-sent requests, status.
     Gains nothing: the server answers each it accepts (one at a time; the rest are refused at connect), stays
     up, and counts no proxy call."""
-    srv, run_dir = _server(tmp_path, task, pristine)
+    srv, run_dir = proxy_server(tmp_path, task, pristine, window_s=60)
     sock_dir = srv.start()
     path = sock_dir / "proxy.sock"
     replies, errors, refused = [], [], []
@@ -67,7 +41,7 @@ def test_flood_of_calls_over_the_socket(tmp_path, task, pristine):
         try:
             payload = [b"garbage\n", b"{" * 10000 + b"\n", json.dumps({"cmd": "status"}).encode() + b"\n",
                        b"\xff\xfe\n"][i % 4]
-            replies.append(_ask(path, payload))
+            replies.append(ask_socket(path, payload, timeout=20))
         except BlockingIOError:   # backlog full: the flood is refused at connect, the harness is untouched
             refused.append(i)
         except Exception as e:  # noqa: BLE001 - any other client failure is a finding
@@ -81,7 +55,7 @@ def test_flood_of_calls_over_the_socket(tmp_path, task, pristine):
         assert not errors, errors[:3]
         assert len(replies) + len(refused) == 120 and replies
         assert all(r.get("ok") is False or "seconds_left" in r for r in replies)
-        assert _ask(path, b'{"cmd": "status"}\n')["proxy_calls"] == 0
+        assert ask_socket(path, b'{"cmd": "status"}\n', timeout=20)["proxy_calls"] == 0
     finally:
         srv.stop()
     assert not (run_dir / ".harness" / "proxy_errors.log").exists()

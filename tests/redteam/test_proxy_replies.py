@@ -5,26 +5,14 @@ detail and the tail of the submission's own training log; the full detail of a f
 .harness/proxy_errors.log, outside the agent's reach.
 """
 import json
-import socket
-import time
 
-from ai4ai.proxy import REASONS, ProxyServer
+from ai4ai.proxy import REASONS
 from ai4ai.submission import from_patch
 
-from .conftest import copy_tree, grade_setup, needs_bwrap, train_py_patch
+from .conftest import ask_socket, needs_bwrap, proxy_server, train_py_patch
 from .test_grader_faults import OVERFLOW, WRITE_AND_EXIT
 
 GRADER_SOURCE = "return math.exp(float(_nll(model, split).mean()))"    # a line of the hidden grader
-
-
-def _server(tmp_path, task, pristine, train_py: str | None = None):
-    ws = copy_tree(task.repo, tmp_path / "workspace")
-    if train_py is not None:
-        (ws / "train.py").write_text(train_py)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    return ProxyServer(setup=grade_setup(run_dir, task), pristine=pristine, workspace=ws, run_dir=run_dir,
-                       validation=None, deadline=time.time() + 600), run_dir
 
 
 def _strings(x):
@@ -46,23 +34,6 @@ def _assert_clean(reply: dict):
     assert reply["reason"] in REASONS, reply
 
 
-def _ask(path, payload: bytes) -> dict:
-    """One request over the real socket; a proxy call trains, so the wait is long on a loaded machine."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(900)
-    s.connect(str(path))
-    with s:
-        s.sendall(payload)
-        s.shutdown(socket.SHUT_WR)
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    return json.loads(data)
-
-
 def _patched_train_py(task, code: str) -> str:
     """train.py with `code` inserted, as the agent would have edited it in its workspace."""
     return from_patch(task, task.repo, train_py_patch(task, "order = torch.Generator", code)).files["train.py"]
@@ -77,10 +48,10 @@ def test_grader_exception_reaches_the_agent_as_a_reason_only(tmp_path, task, pri
     submission's own log tail; the traceback is only in .harness/proxy_errors.log."""
     code = WRITE_AND_EXIT.format(prepare=OVERFLOW + "\nprint('OWN LOG LINE', flush=True)",
                                  meta="'{\"tokens_seen\": 0}'")
-    srv, run_dir = _server(tmp_path, task, pristine, _patched_train_py(task, code))
+    srv, run_dir = proxy_server(tmp_path, task, pristine, _patched_train_py(task, code))
     path = srv.start() / "proxy.sock"
     try:
-        reply = _ask(path, b'{"cmd": "score"}\n')
+        reply = ask_socket(path, b'{"cmd": "score"}\n')
     finally:
         srv.stop()
     _assert_clean(reply)
@@ -105,11 +76,11 @@ def test_harness_fault_reply_names_no_hidden_or_harness_code(tmp_path, task, pri
         raise RuntimeError(leak)
     monkeypatch.setattr(proxy_mod, "run_worker", broken)
     code = WRITE_AND_EXIT.format(prepare="", meta="'{}'")
-    srv, run_dir = _server(tmp_path, task, pristine, _patched_train_py(task, code))
+    srv, run_dir = proxy_server(tmp_path, task, pristine, _patched_train_py(task, code))
     path = srv.start() / "proxy.sock"
     try:
-        reply = _ask(path, b'{"cmd": "score"}\n')
-        refused = _ask(path, b'{"cmd": "nope"}\n')
+        reply = ask_socket(path, b'{"cmd": "score"}\n')
+        refused = ask_socket(path, b'{"cmd": "nope"}\n')
     finally:
         srv.stop()
     _assert_clean(reply)
