@@ -44,7 +44,8 @@ from .layout import RunDir, write_json
 from .provenance import UNVERSIONED, benchmark_version, tree_sha256, versions
 from .reporting import load_runs
 from .scoring import Anchors, score_seeds, seed_noise_sigma
-from .submission import PatchFormatError, from_patch
+from .patches import PatchFormatError
+from .submission import from_patch
 from .workspace import pristine_copy
 
 AGREE_SIGMAS = 3.0

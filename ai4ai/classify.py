@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .patches import MISSING, PatchFormatError, apply_patch
+from .task import TaskError, list_tasks, load_task
 
 LABELS = ("none", "hyperparameters", "engineering", "algorithm", "unclassified")
 _RANK = {"none": 0, "hyperparameters": 1, "engineering": 2, "algorithm": 3}
@@ -1140,7 +1141,6 @@ def patch_files(patch_text: str, base_dir: Path) -> dict:
 
 def _task_entry(base_dir: Path, task: str | None) -> str | None:
     """The entry command of the named task, or of the task whose frozen repo base_dir is."""
-    from .task import TaskError, list_tasks, load_task
     try:
         if task:
             return load_task(task).entry

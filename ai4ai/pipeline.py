@@ -26,7 +26,8 @@ from .provenance import UNVERSIONED, tree_sha256, versions
 from .proxy import ProxyServer, choose_submission, client_bin, write_submission_record
 from .sandbox import agent_sandbox
 from .scoring import Scored, score_seeds
-from .submission import PatchFormatError, Submission, from_patch, from_workspace, parse_patch
+from .patches import PatchFormatError, parse_patch
+from .submission import Submission, from_patch, from_workspace
 from .trajectory import EMPTY_SUMMARY, summary as trajectory_summary
 from .training import run_nonce
 from .workspace import agent_workspace, pristine_copy

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .patches import apply_patch, lines as _lines, unified_diff
-from .patches import PatchFormatError, apply_hunks, parse_patch  # noqa: F401  (imported from here by callers)
 from .task import Task
 
 MAX_PATCH_BYTES = 100_000

@@ -20,7 +20,8 @@ from .context import context
 from .grading import grade_seeds
 from .hidden import REQUIRED, load_grader
 from .scoring import phi, score_seeds, seed_noise_sigma
-from .submission import PatchFormatError, from_patch
+from .patches import PatchFormatError
+from .submission import from_patch
 from .task import Task, TaskError, load_task
 
 EXAMPLE_MARGIN = 3.0        # an example must beat 0.1 by more than 3 x the seed noise

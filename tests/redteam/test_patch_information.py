@@ -19,8 +19,8 @@ import textwrap
 
 import pytest
 
-from ai4ai.submission import (INFO_FLOOR_BYTES, MAX_PATCH_BYTES, MAX_STRING_LITERAL, apply_hunks,
-                              from_patch, parse_patch, unified_diff)
+from ai4ai.patches import apply_hunks, parse_patch
+from ai4ai.submission import INFO_FLOOR_BYTES, MAX_PATCH_BYTES, MAX_STRING_LITERAL, from_patch, unified_diff
 
 from .conftest import copy_tree, train_py_patch
 
