@@ -32,6 +32,29 @@ class ScaleBudget:
     # Parameters of the model the task trains at this scale: the patch filter sizes its
     # information budget against it (tests/test_task.py rebuilds each model to keep it true).
     n_params: int
+    # Expected peak GPU memory of one training run of the shipped algorithm (GiB); full only.
+    peak_gpu_gib: float | None = None
+    # What one seed of the shipped algorithm costs on the scale's device (see Estimate); full only.
+    estimate: "Estimate | None" = None
+
+
+ESTIMATE_UNITS = ("tokens", "samples", "env_steps", "graphs", "examples")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One seed of the shipped algorithm on one GPU (H200 class), estimated before it was measured.
+
+    minutes = steps x step_ms; `flops` is the model FLOPs (6 x params x tokens for one forward and
+    backward per token, more for extra forward passes), and `basis` says which of the two bounds
+    (compute at a stated MFU, or per-step dispatch in eager PyTorch) binds and why."""
+    units: str          # what `amount` counts (ESTIMATE_UNITS)
+    amount: int         # tokens, samples, environment steps, graphs or examples one run consumes
+    steps: int          # optimizer steps (or updates, iterations) of the shipped run
+    flops: float
+    step_ms: float      # expected wall time of one step on the GPU
+    minutes: float      # expected wall time of the whole run (steps x step_ms)
+    basis: str
 
 
 @dataclass(frozen=True)
@@ -88,6 +111,22 @@ def _take(d: dict, where: str, required: set[str], optional: set[str] = frozense
     return d
 
 
+def _estimate(raw: Any, where: str) -> Estimate | None:
+    if raw is None:
+        return None
+    e = _take(raw, where, {f.name for f in fields(Estimate)})
+    if e["units"] not in ESTIMATE_UNITS:
+        raise TaskError(f"{where}: units must be one of {ESTIMATE_UNITS}, got {e['units']!r}")
+    est = Estimate(units=e["units"], amount=int(e["amount"]), steps=int(e["steps"]), flops=float(e["flops"]),
+                   step_ms=float(e["step_ms"]), minutes=float(e["minutes"]), basis=str(e["basis"]).strip())
+    if min(est.amount, est.steps, est.flops, est.step_ms, est.minutes) <= 0:
+        raise TaskError(f"{where}: amount, steps, flops, step_ms and minutes must be positive")
+    implied = est.steps * est.step_ms / 60_000
+    if not 0.8 * implied <= est.minutes <= 1.25 * implied + 2:     # + start-up (imports, CUDA, data)
+        raise TaskError(f"{where}: minutes {est.minutes:g} disagrees with steps x step_ms = {implied:.1f} min")
+    return est
+
+
 def list_tasks() -> list[str]:
     return sorted(p.stem for p in TASK_DIR.glob("*.yaml"))
 
@@ -119,12 +158,15 @@ def parse_task(raw: Any, where: str) -> Task:
     for s, b in d["scales"].items():
         if s not in SCALES:
             raise TaskError(f"{where}: unknown scale {s!r}; scales are {SCALES}")
-        b = _take(b, f"{where}: scales.{s}", {f.name for f in fields(ScaleBudget)})
+        optional = {"peak_gpu_gib", "estimate"}
+        b = _take(b, f"{where}: scales.{s}", {f.name for f in fields(ScaleBudget)} - optional, optional)
         scales[s] = ScaleBudget(window_s=float(b["window_s"]), cap_factor=float(b["cap_factor"]),
                                 cap_min_s=float(b["cap_min_s"]), default_cap_s=float(b["default_cap_s"]),
                                 grader_seeds=tuple(int(x) for x in b["grader_seeds"]),
                                 calibration_seeds=tuple(int(x) for x in b["calibration_seeds"]),
-                                threads=int(b["threads"]), n_params=int(b["n_params"]))
+                                threads=int(b["threads"]), n_params=int(b["n_params"]),
+                                peak_gpu_gib=None if b.get("peak_gpu_gib") is None else float(b["peak_gpu_gib"]),
+                                estimate=_estimate(b.get("estimate"), f"{where}: scales.{s}.estimate"))
         if len(scales[s].calibration_seeds) < 5:
             raise TaskError(f"{where}: scales.{s}.calibration_seeds needs at least 5 seeds")
         if set(scales[s].calibration_seeds) & set(scales[s].grader_seeds):

@@ -18,7 +18,7 @@ from . import programs as P
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 4000, "test": 50000, "validation": 2000}   # prompts
 TEACHER_TRAIN = 40_000                                            # labelled, for prepare.py only
-TRAIN_PROMPTS = {"ci": 512, "smoke": 2_048, "full": 65_536}       # prompts only
+TRAIN_PROMPTS = {"ci": 512, "smoke": 2_048, "full": 262_144}       # prompts only
 
 
 def _secrets() -> dict:

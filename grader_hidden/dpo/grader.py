@@ -22,7 +22,7 @@ from . import tasks
 
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 1500, "test": 6000, "validation": 2000}       # prompts
-TRAIN_PAIRS = {"ci": 2_048, "smoke": 16_384, "full": 1_048_576}
+TRAIN_PAIRS = {"ci": 2_048, "smoke": 16_384, "full": 4_194_304}
 SFT_DEMOS = 40_000                                                     # prepare-only demonstrations
 
 # The repo's vocabulary (config.py), repeated here so the grader needs no repo code.

@@ -17,7 +17,7 @@ from . import rule
 
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 4_000, "test": 96_000, "validation": 4_000}     # pairs, clean labels, no ties
-TRAIN_PAIRS = {"ci": 1_024, "smoke": 4_096, "full": 1_048_576}       # labels from the raters
+TRAIN_PAIRS = {"ci": 1_024, "smoke": 4_096, "full": 4_194_304}       # labels from the raters
 UNLABELLED = 32_768                                                    # sequences for the base LM
 SEQ = rule.SEQ_LEN
 

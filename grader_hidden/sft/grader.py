@@ -18,7 +18,7 @@ from . import problems as P
 
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 1024, "test": 10000, "validation": 1024}     # problems
-TRAIN_EXAMPLES = {"ci": 4_096, "smoke": 24_576, "full": 8_388_608}
+TRAIN_EXAMPLES = {"ci": 4_096, "smoke": 24_576, "full": 4_194_304}
 PRETRAIN_ROWS = 8_192
 BATCH = 1024
 

@@ -37,7 +37,10 @@ class Scale:
 SCALES = {
     "ci": Scale(n_layer=2, n_embd=64, n_head=4, budget_pairs=2_048),
     "smoke": Scale(n_layer=2, n_embd=64, n_head=4, budget_pairs=16_384),
-    "full": Scale(n_layer=6, n_embd=256, n_head=8, budget_pairs=1_048_576),
+    # full, one H200 (estimate; README "Full scale"): 4.8M params, 8,388,608 pairs (two passes over the
+    # 4,194,304 the grader materializes), 131,072 steps of 64; 537M tokens through the policy (forward and
+    # backward) and the frozen reference (forward): 8*N*D = 2.0e16 FLOPs, dispatch-bound at ~11 ms: ~24 min.
+    "full": Scale(n_layer=6, n_embd=256, n_head=8, budget_pairs=8_388_608),
 }
 
 

@@ -16,7 +16,10 @@ class Scale:
 SCALES = {
     "ci": Scale(n_layer=2, n_embd=64, n_head=4, budget_sequences=2_048),
     "smoke": Scale(n_layer=2, n_embd=64, n_head=4, budget_sequences=16_384),
-    "full": Scale(n_layer=6, n_embd=384, n_head=6, budget_sequences=4_194_304),
+    # full, one H200 (estimate; README "Full scale"): 10.7M params, 8,388,608 sequences (two passes over
+    # the 4,194,304 the grader materializes) = 1.07B tokens, 262,144 steps of 32; 6*N*D = 6.9e16 FLOPs
+    # (4 min at 30% MFU of 989 TFLOPS), but a 6-layer eager step is dispatch-bound at ~8 ms: ~35 min.
+    "full": Scale(n_layer=6, n_embd=384, n_head=6, budget_sequences=8_388_608),
 }
 
 

@@ -27,6 +27,9 @@ SCALES = {
     # ci and smoke prune the same dense model; ci only has a smaller calibration budget.
     "ci": Scale(n_layer=4, n_embd=128, n_head=4, dense="dense_small", calib_sequences=32, pretrain_steps=500),
     "smoke": Scale(n_layer=4, n_embd=128, n_head=4, dense="dense_small", calib_sequences=128, pretrain_steps=500),
+    # full, one H200 (estimate; README "Full scale"): 25.3M params; magnitude pruning takes seconds, so the
+    # cap's floor (cap_min_s, 20 min) is the budget a submission gets (Wanda, SparseGPT, recovery).
+    # prepare.py's dense model: 20,000 steps of 32 x 64 tokens (41M tokens, 6.2e15 FLOPs): ~4 min.
     "full": Scale(n_layer=8, n_embd=512, n_head=8, dense="dense_full", calib_sequences=1024, pretrain_steps=20_000),
 }
 

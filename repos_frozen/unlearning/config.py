@@ -46,6 +46,9 @@ SCALES = {
     # ci and smoke share the prepared model; the budget is at most ~10% of memorisation's examples
     "ci": Scale(n_layer=2, n_embd=64, n_head=4, artifact="memorised_small", budget_examples=2_048),
     "smoke": Scale(n_layer=2, n_embd=64, n_head=4, artifact="memorised_small", budget_examples=32_768),
+    # full, one H200 (estimate; README "Full scale"): 11.5M params; the shipped run is train.py's 150
+    # steps of 32 facts (4,800 facts, 19,200 tokens, 1.3e12 FLOPs), seconds on a GPU: the cap's floor (cap_min_s,
+    # 20 min) is the budget a submission gets. Memorising (prepare.py, 20,000 steps): ~3 min.
     "full": Scale(n_layer=6, n_embd=384, n_head=6, artifact="memorised_full", budget_examples=262_144),
 }
 
