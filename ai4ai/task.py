@@ -66,6 +66,18 @@ class Metric:
 
 
 @dataclass(frozen=True)
+class Artifacts:
+    """What the repo's own prepare step makes for a scale whose artifacts are not committed (full).
+
+    `command` runs in the repo with {scale}, {device} and {data} filled in ({data}: the folder of the
+    grader's `data_function(dest)` output when one is named, else of its materialized splits)."""
+    command: str
+    writes: tuple[str, ...]         # repo-relative files, each listed in the repo's SHA256SUMS
+    scales: tuple[str, ...]
+    data_function: str | None = None
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     family: str
@@ -81,10 +93,12 @@ class Task:
     data_checksums: str | None
     validation_files: tuple[str, ...]
     prepare: str | None
+    prepare_writes: tuple[str, ...]   # files data.prepare writes ({scale} filled in), for plans and checks
     data_env: str | None
     metric: Metric
     scales: dict[str, ScaleBudget]
     deterministic: bool = False     # the shipped algorithm ignores --seed (e.g. magnitude pruning)
+    artifacts: Artifacts | None = None
 
     def scale(self, name: str) -> ScaleBudget:
         if name not in self.scales:
@@ -153,7 +167,14 @@ def parse_task(raw: Any, where: str) -> Task:
         raise TaskError(f"{where}: metric.transform must be identity or neg_log, got {metric['transform']!r}")
     if metric["transform"] == "neg_log" and metric["direction"] != "min":
         raise TaskError(f"{where}: transform neg_log is for a positive metric where lower is better (direction: min)")
-    data = _take(d.get("data") or {}, f"{where}: data", set(), {"checksums", "validation", "prepare", "env"})
+    data = _take(d.get("data") or {}, f"{where}: data", set(), {"checksums", "validation", "prepare", "env", "writes", "artifacts"})
+    art = None
+    if data.get("artifacts") is not None:
+        a = _take(data["artifacts"], f"{where}: data.artifacts", {"command", "writes", "scales"}, {"data_function"})
+        art = Artifacts(command=str(a["command"]), writes=tuple(str(w) for w in a["writes"]),
+                        scales=tuple(str(x) for x in a["scales"]), data_function=a.get("data_function"))
+        if set(art.scales) - set(SCALES):
+            raise TaskError(f"{where}: data.artifacts.scales must be among {SCALES}")
     scales = {}
     for s, b in d["scales"].items():
         if s not in SCALES:
@@ -181,6 +202,7 @@ def parse_task(raw: Any, where: str) -> Task:
         checkpoint_metadata=tuple(d.get("checkpoint_metadata") or ()),
         data_checksums=data.get("checksums"), validation_files=tuple(data.get("validation") or ()),
         prepare=data.get("prepare"), data_env=data.get("env"),
+        prepare_writes=tuple(str(w) for w in data.get("writes") or ()),
         metric=Metric(**metric), scales=scales,
-        deterministic=d.get("deterministic", False),
+        deterministic=d.get("deterministic", False), artifacts=art,
     )
