@@ -97,3 +97,22 @@ def prepare_lines(task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, de
         lines.append(f"            run first: python -m ai4ai.prepare task={task.name} scale={scale}"
                      f"{'' if device == 'auto' else f' device={device}'}")
     return lines
+
+
+def calibration_estimate_s(task: Task, scale: str) -> float | None:
+    """Expected seconds of a calibration before any has run (its seeds x the estimate), or None
+    where the scale declares no estimate; pipeline.estimate_calibration_s falls back to the cap."""
+    b = task.scale(scale)
+    return None if b.estimate is None else len(b.calibration_seeds) * (b.estimate.minutes * 60 + 15)
+
+
+def calibration_cut(results: list) -> str | None:
+    """Why a calibration must not be stored: a shipped seed the wall clock ended (its fixed number of
+    steps unfinished, which happens when default_cap_s is below its real time on this GPU) would make
+    a cut run the baseline and its wall time the cap. None when every seed ran to its end."""
+    cut = [r for r in results if getattr(r, "timed_out", False)]
+    if not cut:
+        return None
+    return ("the shipped algorithm was cut by the wall clock on seeds "
+            + ", ".join(str(r.seed) for r in cut)
+            + f" after {max(r.train_s for r in cut):.0f} s: raise the task's default_cap_s for this scale and calibrate again")

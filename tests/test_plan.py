@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from ai4ai import prepare as prep
-from ai4ai.plan import gpu_hours, plan_lines, prepare_lines
+from ai4ai.plan import calibration_cut, calibration_estimate_s, gpu_hours, plan_lines, prepare_lines
 from ai4ai.task import TaskError, list_tasks, load_task, parse_task
 
 TASKS = list_tasks()
@@ -198,3 +198,15 @@ def test_peak_memory_is_optional_and_numeric():
     with pytest.raises(ValueError):
         parse_task(raw, "x")
     assert math.isfinite(load_task("optimizer").scale("full").peak_gpu_gib)
+
+
+def test_calibration_estimate_and_the_cut_check():
+    from ai4ai.grade import SeedResult
+    task = load_task("sft")
+    assert calibration_estimate_s(task, "full") == pytest.approx(5 * (37 * 60 + 15))
+    assert calibration_estimate_s(task, "smoke") is None
+    done = SeedResult(seed=1000, status="graded", reason=None, raw=0.4, train_s=2200.0, timed_out=False)
+    cut = SeedResult(seed=1001, status="graded", reason=None, raw=0.3, train_s=6700.0, timed_out=True, cut="wall")
+    assert calibration_cut([done, done]) is None
+    why = calibration_cut([done, cut])
+    assert "seeds 1001" in why and "6700 s" in why and "default_cap_s" in why
