@@ -10,6 +10,7 @@ Values are 0-9A-Z (36); each operator `a`..`z` is a fixed permutation of the val
 "x op = y;" fact per value and operator, 936 in all; operators differ in frequency). The
 prepared base model learned the format and the common facts from data/pretrain.u8. Every sequence is padded with <pad> to SEQ_LEN.
 """
+import os
 from dataclasses import dataclass
 
 PAD, BOS, EOS = 0, 1, 2
@@ -58,7 +59,15 @@ SCALES = {
 }
 
 
+# AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
+# code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
+# calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
+SHRUNK_FULL = Scale(n_layer=1, n_embd=32, n_head=2, budget_examples=512, pretrain_steps=20)
+
+
 def get_scale(name: str) -> Scale:
+    if name == "full" and os.environ.get("AI4AI_SHRINK"):
+        return SHRUNK_FULL
     if name not in SCALES:
         raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
     return SCALES[name]
