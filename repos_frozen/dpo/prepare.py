@@ -10,6 +10,7 @@ The committed ci and smoke artifacts were made with this script; training code o
 them (checkpoint.load_policy), checking the sha256.
 """
 import argparse
+import os
 import hashlib
 import time
 from pathlib import Path
@@ -23,6 +24,8 @@ from model import answer_mask, build_model, token_logps
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 SEED = 1234
 STEPS = {"ci": 1000, "smoke": 1000, "full": 20000}
+if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (config.SHRUNK_FULL; tests only)
+    STEPS = {**STEPS, "full": 20}
 BATCH = 64
 LR = 3e-3
 
