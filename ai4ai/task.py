@@ -32,6 +32,29 @@ class ScaleBudget:
     # Parameters of the model the task trains at this scale: the patch filter sizes its
     # information budget against it (tests/test_task.py rebuilds each model to keep it true).
     n_params: int
+    # Expected peak GPU memory of one training run of the shipped algorithm (GiB); full only.
+    peak_gpu_gib: float | None = None
+    # What one seed of the shipped algorithm costs on the scale's device (see Estimate); full only.
+    estimate: "Estimate | None" = None
+
+
+ESTIMATE_UNITS = ("tokens", "samples", "env_steps", "graphs", "examples")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One seed of the shipped algorithm on one GPU (H200 class), estimated before it was measured.
+
+    minutes = steps x step_ms; `flops` is the model FLOPs (6 x params x tokens for one forward and
+    backward per token, more for extra forward passes), and `basis` says which of the two bounds
+    (compute at a stated MFU, or per-step dispatch in eager PyTorch) binds and why."""
+    units: str          # what `amount` counts (ESTIMATE_UNITS)
+    amount: int         # tokens, samples, environment steps, graphs or examples one run consumes
+    steps: int          # optimizer steps (or updates, iterations) of the shipped run
+    flops: float
+    step_ms: float      # expected wall time of one step on the GPU
+    minutes: float      # expected wall time of the whole run (steps x step_ms)
+    basis: str
 
 
 @dataclass(frozen=True)
@@ -40,6 +63,18 @@ class Metric:
     direction: str          # max | min
     transform: str          # identity | neg_log
     best: str | float       # how 1.0 is obtained: a number, or a name the grader implements
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """What the repo's own prepare step makes for a scale whose artifacts are not committed (full).
+
+    `command` runs in the repo with {scale}, {device} and {data} filled in ({data}: the folder of the
+    grader's `data_function(dest)` output when one is named, else of its materialized splits)."""
+    command: str
+    writes: tuple[str, ...]         # repo-relative files, each listed in the repo's SHA256SUMS
+    scales: tuple[str, ...]
+    data_function: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,10 +93,12 @@ class Task:
     data_checksums: str | None
     validation_files: tuple[str, ...]
     prepare: str | None
+    prepare_writes: tuple[str, ...]   # files data.prepare writes ({scale} filled in), for plans and checks
     data_env: str | None
     metric: Metric
     scales: dict[str, ScaleBudget]
     deterministic: bool = False     # the shipped algorithm ignores --seed (e.g. magnitude pruning)
+    artifacts: Artifacts | None = None
 
     def scale(self, name: str) -> ScaleBudget:
         if name not in self.scales:
@@ -86,6 +123,22 @@ def _take(d: dict, where: str, required: set[str], optional: set[str] = frozense
     if missing:
         raise TaskError(f"{where}: missing keys {sorted(missing)}")
     return d
+
+
+def _estimate(raw: Any, where: str) -> Estimate | None:
+    if raw is None:
+        return None
+    e = _take(raw, where, {f.name for f in fields(Estimate)})
+    if e["units"] not in ESTIMATE_UNITS:
+        raise TaskError(f"{where}: units must be one of {ESTIMATE_UNITS}, got {e['units']!r}")
+    est = Estimate(units=e["units"], amount=int(e["amount"]), steps=int(e["steps"]), flops=float(e["flops"]),
+                   step_ms=float(e["step_ms"]), minutes=float(e["minutes"]), basis=str(e["basis"]).strip())
+    if min(est.amount, est.steps, est.flops, est.step_ms, est.minutes) <= 0:
+        raise TaskError(f"{where}: amount, steps, flops, step_ms and minutes must be positive")
+    implied = est.steps * est.step_ms / 60_000
+    if not 0.8 * implied <= est.minutes <= 1.25 * implied + 2:     # + start-up (imports, CUDA, data)
+        raise TaskError(f"{where}: minutes {est.minutes:g} disagrees with steps x step_ms = {implied:.1f} min")
+    return est
 
 
 def list_tasks() -> list[str]:
@@ -114,17 +167,27 @@ def parse_task(raw: Any, where: str) -> Task:
         raise TaskError(f"{where}: metric.transform must be identity or neg_log, got {metric['transform']!r}")
     if metric["transform"] == "neg_log" and metric["direction"] != "min":
         raise TaskError(f"{where}: transform neg_log is for a positive metric where lower is better (direction: min)")
-    data = _take(d.get("data") or {}, f"{where}: data", set(), {"checksums", "validation", "prepare", "env"})
+    data = _take(d.get("data") or {}, f"{where}: data", set(), {"checksums", "validation", "prepare", "env", "writes", "artifacts"})
+    art = None
+    if data.get("artifacts") is not None:
+        a = _take(data["artifacts"], f"{where}: data.artifacts", {"command", "writes", "scales"}, {"data_function"})
+        art = Artifacts(command=str(a["command"]), writes=tuple(str(w) for w in a["writes"]),
+                        scales=tuple(str(x) for x in a["scales"]), data_function=a.get("data_function"))
+        if set(art.scales) - set(SCALES):
+            raise TaskError(f"{where}: data.artifacts.scales must be among {SCALES}")
     scales = {}
     for s, b in d["scales"].items():
         if s not in SCALES:
             raise TaskError(f"{where}: unknown scale {s!r}; scales are {SCALES}")
-        b = _take(b, f"{where}: scales.{s}", {f.name for f in fields(ScaleBudget)})
+        optional = {"peak_gpu_gib", "estimate"}
+        b = _take(b, f"{where}: scales.{s}", {f.name for f in fields(ScaleBudget)} - optional, optional)
         scales[s] = ScaleBudget(window_s=float(b["window_s"]), cap_factor=float(b["cap_factor"]),
                                 cap_min_s=float(b["cap_min_s"]), default_cap_s=float(b["default_cap_s"]),
                                 grader_seeds=tuple(int(x) for x in b["grader_seeds"]),
                                 calibration_seeds=tuple(int(x) for x in b["calibration_seeds"]),
-                                threads=int(b["threads"]), n_params=int(b["n_params"]))
+                                threads=int(b["threads"]), n_params=int(b["n_params"]),
+                                peak_gpu_gib=None if b.get("peak_gpu_gib") is None else float(b["peak_gpu_gib"]),
+                                estimate=_estimate(b.get("estimate"), f"{where}: scales.{s}.estimate"))
         if len(scales[s].calibration_seeds) < 5:
             raise TaskError(f"{where}: scales.{s}.calibration_seeds needs at least 5 seeds")
         if set(scales[s].calibration_seeds) & set(scales[s].grader_seeds):
@@ -139,6 +202,7 @@ def parse_task(raw: Any, where: str) -> Task:
         checkpoint_metadata=tuple(d.get("checkpoint_metadata") or ()),
         data_checksums=data.get("checksums"), validation_files=tuple(data.get("validation") or ()),
         prepare=data.get("prepare"), data_env=data.get("env"),
+        prepare_writes=tuple(str(w) for w in data.get("writes") or ()),
         metric=Metric(**metric), scales=scales,
-        deterministic=d.get("deterministic", False),
+        deterministic=d.get("deterministic", False), artifacts=art,
     )

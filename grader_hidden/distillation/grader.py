@@ -5,6 +5,7 @@ evaluate_with_noise, uninformative(model), materialize(scale, dest). metric.best
 """
 from __future__ import annotations
 
+import os
 import hashlib
 import math
 from pathlib import Path
@@ -18,7 +19,9 @@ from . import programs as P
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 4000, "test": 50000, "validation": 2000}   # prompts
 TEACHER_TRAIN = 40_000                                            # labelled, for prepare.py only
-TRAIN_PROMPTS = {"ci": 512, "smoke": 2_048, "full": 65_536}       # prompts only
+TRAIN_PROMPTS = {"ci": 512, "smoke": 2_048, "full": 262_144}       # prompts only
+if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py)
+    TRAIN_PROMPTS = {**TRAIN_PROMPTS, "full": 128}
 
 
 def _secrets() -> dict:

@@ -10,6 +10,7 @@ the 0 anchor is exactly 0.
 """
 from __future__ import annotations
 
+import os
 import hashlib
 import math
 from pathlib import Path
@@ -22,7 +23,9 @@ from . import tasks
 
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 1500, "test": 6000, "validation": 2000}       # prompts
-TRAIN_PAIRS = {"ci": 2_048, "smoke": 16_384, "full": 1_048_576}
+TRAIN_PAIRS = {"ci": 2_048, "smoke": 16_384, "full": 4_194_304}
+if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py)
+    TRAIN_PAIRS = {**TRAIN_PAIRS, "full": 256}
 SFT_DEMOS = 40_000                                                     # prepare-only demonstrations
 
 # The repo's vocabulary (config.py), repeated here so the grader needs no repo code.

@@ -5,6 +5,7 @@ evaluate_with_noise, uninformative(model), best_attainable(split, cfg), material
 """
 from __future__ import annotations
 
+import os
 import hashlib
 import math
 from pathlib import Path
@@ -19,6 +20,8 @@ HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 1024, "test": 4096, "validation": 1024}   # sequences of 128 symbols
 VALIDATION_SEQUENCES = SPLITS["validation"]
 TRAIN_SEQUENCES = {"ci": 2_048, "smoke": 16_384, "full": 4_194_304}
+if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py)
+    TRAIN_SEQUENCES = {**TRAIN_SEQUENCES, "full": 512}
 
 
 def _secrets() -> dict:

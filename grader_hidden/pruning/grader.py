@@ -14,6 +14,7 @@ printed to the evaluation log. This module imports nothing from the repo.
 """
 from __future__ import annotations
 
+import os
 import copy
 import functools
 import hashlib
@@ -44,6 +45,10 @@ DENSE_SHA256 = {"dense_small": "cf63f05a7c9ca96e8cbdabe371bd7c9e2eee3e08fd02f672
 REPO_FILES = {"pretrain_small": 16_000, "calib_ci": 256, "calib_smoke": 1024, "val": SPLITS["validation"]}
 CALIB_FILE_SEQUENCES = {"ci": 256, "smoke": 1024, "full": 16_384}
 PRETRAIN_FULL_SEQUENCES = 640_000
+if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py); the repo's config.py agrees
+    ARCH = {**ARCH, "dense_full": dict(n_layer=2, n_embd=32, n_head=2)}
+    CALIB_FILE_SEQUENCES = {**CALIB_FILE_SEQUENCES, "full": 128}
+    PRETRAIN_FULL_SEQUENCES = 640
 
 _last_dense = "dense_small"     # the dense model of the last model seen (anchors pass cfg=None)
 

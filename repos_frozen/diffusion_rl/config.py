@@ -1,4 +1,5 @@
 """Per-scale model size, diffusion schedule and sample budget. Protected: the grader reads the same file."""
+import os
 from dataclasses import dataclass
 
 IMAGE_DIM = 64          # 8x8 grey images, pixels scaled to [-1, 1]
@@ -21,11 +22,22 @@ class Scale:
 SCALES = {
     "ci": Scale(width=128, depth=2, prepare_steps=1500, budget_samples=1_024),
     "smoke": Scale(width=256, depth=2, prepare_steps=3000, budget_samples=4_096),
-    "full": Scale(width=512, depth=3, prepare_steps=20_000, budget_samples=262_144),
+    # full, one H200 (estimate; README "Full scale"): 1.66M params, 8,388,608 sampled trajectories =
+    # 65,536 iterations of 128 (20 sampling passes, 20 passes with gradients, the backward): 2.2e15 FLOPs,
+    # dispatch-bound at ~25 ms an iteration: ~27 min. prepare.py's 20,000 DDPM steps: minutes.
+    "full": Scale(width=512, depth=3, prepare_steps=20_000, budget_samples=8_388_608),
 }
 
 
+# AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
+# code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
+# calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
+SHRUNK_FULL = Scale(width=32, depth=1, prepare_steps=20, budget_samples=256)
+
+
 def get_scale(name: str) -> Scale:
+    if name == "full" and os.environ.get("AI4AI_SHRINK"):
+        return SHRUNK_FULL
     if name not in SCALES:
         raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
     return SCALES[name]

@@ -25,11 +25,11 @@ REPO = Path(__file__).resolve().parent
 LR, BATCH, WARMUP, SEED = 5e-3, 64, 100, 0
 
 
-def train_teacher(scale: str) -> torch.nn.Module:
+def train_teacher(scale: str, device: str = "cpu") -> torch.nn.Module:
     torch.manual_seed(SEED)
     prompts, answers = load_labelled("teacher_train")
     tokens, targets = join(prompts, answers)
-    model = build_teacher(scale)
+    model = build_teacher(scale).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.98), weight_decay=0.01)
     steps = get_scale(scale).teacher_steps
     g = torch.Generator().manual_seed(SEED)
@@ -39,23 +39,24 @@ def train_teacher(scale: str) -> torch.nn.Module:
         for group in opt.param_groups:
             group["lr"] = LR * f
         idx = torch.randint(0, len(tokens), (BATCH,), generator=g)
-        logits = model(input_ids=tokens[idx]).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets[idx].reshape(-1))
+        logits = model(input_ids=tokens[idx].to(device)).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets[idx].to(device).reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if (step + 1) % 250 == 0 or step + 1 == steps:
             print(f"step {step + 1}/{steps} loss {loss.item():.4f} cpu {time.process_time() - t0:.1f}s", flush=True)
-    return model.eval()
+    return model.cpu().eval()
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--scale", required=True)
+    p.add_argument("--device", default="cpu")   # cuda at full (python -m ai4ai.prepare)
     args = p.parse_args()
     torch.set_num_threads(1)
-    model = train_teacher(args.scale)
+    model = train_teacher(args.scale, args.device)
     vp, va = load_labelled("val")
     acc = (greedy_generate(model, vp) == va).all(1).float().mean().item()
     print(f"teacher {args.scale}: validation exact match {acc:.4f}")

@@ -10,6 +10,7 @@ The committed ci and smoke artifacts were made with this script; training code o
 them (checkpoint.load_policy), checking the sha256.
 """
 import argparse
+import os
 import hashlib
 import time
 from pathlib import Path
@@ -23,22 +24,24 @@ from model import answer_mask, build_model, token_logps
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 SEED = 1234
 STEPS = {"ci": 1000, "smoke": 1000, "full": 20000}
+if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (config.SHRUNK_FULL; tests only)
+    STEPS = {**STEPS, "full": 20}
 BATCH = 64
 LR = 3e-3
 
 
-def sft(scale: str, steps: int, log_every: int = 100) -> torch.nn.Module:
+def sft(scale: str, steps: int, log_every: int = 100, device: str = "cpu") -> torch.nn.Module:
     torch.manual_seed(SEED)
     rows = load_rows("sft")
     lens = prompt_lengths(rows)
-    model = build_model(scale)
+    model = build_model(scale).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), weight_decay=0.0)
     g = torch.Generator().manual_seed(SEED)
     perm = torch.cat([torch.randperm(len(rows), generator=g) for _ in range(steps * BATCH // len(rows) + 1)])
     t0 = time.time()
     for step in range(steps):
         idx = perm[step * BATCH:(step + 1) * BATCH]
-        x, pl = rows[idx], lens[idx]
+        x, pl = rows[idx].to(device), lens[idx].to(device)
         mask = answer_mask(x, pl).float()
         for group in opt.param_groups:       # linear warmup, cosine decay
             w = min(1.0, (step + 1) / 50)
@@ -50,15 +53,16 @@ def sft(scale: str, steps: int, log_every: int = 100) -> torch.nn.Module:
         opt.zero_grad(set_to_none=True)
         if (step + 1) % log_every == 0:
             print(f"sft step {step + 1}/{steps} loss {loss.item():.4f} elapsed {time.time() - t0:.1f}s", flush=True)
-    return model.eval()
+    return model.cpu().eval()
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--scale", required=True)
+    p.add_argument("--device", default="cpu")   # cuda at full (python -m ai4ai.prepare)
     args = p.parse_args()
     torch.set_num_threads(1)
-    model = sft(args.scale, STEPS[args.scale])
+    model = sft(args.scale, STEPS[args.scale], device=args.device)
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"policy_{args.scale}.safetensors"
     save_file({k: v.detach().float().contiguous() for k, v in model.named_parameters()}, str(path))

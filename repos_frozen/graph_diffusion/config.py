@@ -1,4 +1,5 @@
 """Graph sizes, model size, diffusion steps and training budget per scale. Protected."""
+import os
 from dataclasses import dataclass
 
 N_NODES = 8                                 # every graph has 8 nodes
@@ -19,11 +20,22 @@ class Scale:
 SCALES = {
     "ci": Scale(width=256, depth=3, split="train_smoke", budget_graphs=98_304),
     "smoke": Scale(width=256, depth=3, split="train_smoke", budget_graphs=196_608),
-    "full": Scale(width=1024, depth=6, split="train_full", budget_graphs=50_331_648),
+    # full, one H200 (estimate; README "Full scale"): 5.5M params, 100,663,296 graphs (24 passes over the
+    # 4,194,304 the grader materializes), 393,216 steps of 256; 6*N*graphs = 3.3e15 FLOPs, dispatch-bound
+    # (noise sampling on the host, a 6-layer MLP) at ~5 ms a step: ~33 min.
+    "full": Scale(width=1024, depth=6, split="train_full", budget_graphs=100_663_296),
 }
 
 
+# AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
+# code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
+# calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
+SHRUNK_FULL = Scale(width=32, depth=1, split="train_full", budget_graphs=1_024)
+
+
 def get_scale(name: str) -> Scale:
+    if name == "full" and os.environ.get("AI4AI_SHRINK"):
+        return SHRUNK_FULL
     if name not in SCALES:
         raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
     return SCALES[name]

@@ -23,11 +23,11 @@ BATCH = 32
 LR, WARMUP = 3e-3, 50
 
 
-def pretrain(scale: str) -> dict:
+def pretrain(scale: str, device: str = "cpu") -> dict:
     s = get_scale(scale)
     torch.manual_seed(0)
     data = load_sequences("pretrain_small" if s.dense == "dense_small" else "pretrain_full")
-    model = build_model(scale)
+    model = build_model(scale).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), weight_decay=0.1)
     steps = min(s.pretrain_steps, len(data) // BATCH)
     t0 = time.time()
@@ -35,7 +35,7 @@ def pretrain(scale: str) -> dict:
         lr = LR * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / steps))
         for g in opt.param_groups:
             g["lr"] = lr
-        x = data[step * BATCH:(step + 1) * BATCH]
+        x = data[step * BATCH:(step + 1) * BATCH].to(device)
         loss = model(input_ids=x, labels=x).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -43,15 +43,16 @@ def pretrain(scale: str) -> dict:
         opt.zero_grad(set_to_none=True)
         if (step + 1) % 100 == 0 or step + 1 == steps:
             print(f"step {step + 1}/{steps} loss {loss.item():.4f} elapsed {time.time() - t0:.1f}s", flush=True)
-    return {k: v.detach().float().contiguous() for k, v in model.named_parameters()}
+    return {k: v.detach().float().cpu().contiguous() for k, v in model.named_parameters()}
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--scale", required=True)
+    p.add_argument("--device", default="cpu")   # cuda at full (python -m ai4ai.prepare)
     args = p.parse_args()
     torch.set_num_threads(1)
-    weights = pretrain(args.scale)
+    weights = pretrain(args.scale, args.device)
     path = dense_path(args.scale)
     path.parent.mkdir(exist_ok=True)
     save_file(weights, str(path))

@@ -24,17 +24,17 @@ from model import ARTIFACTS, base_path, build_model
 LR, WARMUP, BATCH = 3e-3, 100, 32
 
 
-def pretrain(scale: str) -> torch.nn.Module:
+def pretrain(scale: str, device: str = "cpu") -> torch.nn.Module:
     torch.manual_seed(0)
     steps = get_scale(scale).pretrain_steps
     corpus = load_sequences("pretrain")
-    model = build_model(scale)
+    model = build_model(scale).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), weight_decay=0.0)
     order = torch.Generator().manual_seed(0)
     eq = STOI["="]
     t0 = time.time()
     for step in range(steps):
-        x = corpus[torch.randint(0, len(corpus), (BATCH,), generator=order)]
+        x = corpus[torch.randint(0, len(corpus), (BATCH,), generator=order)].to(device)
         lr = LR * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / steps))
         for g in opt.param_groups:
             g["lr"] = lr
@@ -46,15 +46,16 @@ def pretrain(scale: str) -> torch.nn.Module:
         opt.zero_grad(set_to_none=True)
         if (step + 1) % 250 == 0 or step + 1 == steps:
             print(f"pretrain step {step + 1}/{steps} loss {loss.item():.4f} {time.time() - t0:.1f}s", flush=True)
-    return model
+    return model.cpu()
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--scale", required=True)
+    p.add_argument("--device", default="cpu")   # cuda at full (python -m ai4ai.prepare)
     args = p.parse_args()
     torch.set_num_threads(1)
-    model = pretrain(args.scale)
+    model = pretrain(args.scale, args.device)
     ARTIFACTS.mkdir(exist_ok=True)
     path = base_path(args.scale)
     tmp = path.with_suffix(".tmp")

@@ -1,0 +1,28 @@
+"""Every dependency pyproject.toml declares is used by the project (imported, or named as a Hydra
+launcher), so an install pulls nothing the benchmark does not run."""
+import re
+import tomllib
+
+from ai4ai import PROJECT_ROOT
+
+# distribution -> what using it looks like in the source
+USES = {"torch": r"^\s*(import|from) torch\b", "transformers": r"^\s*from transformers\b",
+        "triton": r"^\s*(import|from) triton\b", "hydra-core": r"^\s*(import|from) hydra\b",
+        "hydra-submitit-launcher": r"^\s*- submitit_(local|slurm)\b",   # conf/hydra/launcher/*.yaml
+        "safetensors": r"^\s*from safetensors\b", "numpy": r"^\s*import numpy\b", "pyyaml": r"^\s*import yaml\b",
+        "tqdm": r"^\s*from tqdm\b", "psutil": r"^\s*import psutil\b", "scikit-learn": r"\bsklearn\b",
+        "matplotlib": r"^\s*(import|from) matplotlib\b"}
+
+
+def _declared() -> list[str]:
+    deps = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    return [re.split(r"[<>=!~\[ ]", d, 1)[0].lower() for d in deps]
+
+
+def test_every_declared_dependency_is_used():
+    text = "\n".join(p.read_text(errors="replace") for folder in ("ai4ai", "kernels", "repos_frozen", "grader_hidden", "conf")
+                     for p in (PROJECT_ROOT / folder).rglob("*") if p.suffix in (".py", ".yaml") and p.is_file())
+    unknown = [d for d in _declared() if d not in USES]
+    assert not unknown, f"add how {unknown} is used to USES, or drop it from pyproject.toml"
+    unused = [d for d in _declared() if not re.search(USES[d], text, re.M)]
+    assert not unused, f"declared in pyproject.toml but used nowhere: {unused}"

@@ -1,0 +1,212 @@
+"""The full tier's declared costs (conf/task/<task>.yaml, full: estimate, peak_gpu_gib) and the dry-run
+lines built from them (ai4ai.plan), for every task: the estimate agrees with the repo's config.py and
+train.py, its README shows the same figures, and the prepare lines follow the cache's real state."""
+import ast
+import importlib.util
+import math
+import shutil
+
+import pytest
+
+from ai4ai import prepare as prep
+from ai4ai.plan import calibration_cut, calibration_estimate_s, gpu_hours, plan_lines, prepare_lines
+from ai4ai.task import TaskError, list_tasks, load_task, parse_task
+
+TASKS = list_tasks()
+
+
+def test_there_are_ten_tasks():
+    assert len(TASKS) == 10
+
+
+def _config(task):
+    spec = importlib.util.spec_from_file_location(f"cfg_{task.name}", task.repo / "config.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _train_constants(task) -> dict:
+    tree = ast.parse((task.repo / "train.py").read_text())
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return out
+
+
+def _shipped_run(task) -> tuple[int, int]:
+    """(amount, steps) of one full seed of the shipped algorithm, from config.py and train.py."""
+    c, k, s = _config(task), _train_constants(task), _config(task).get_scale("full")
+    t = task.name
+    if t == "optimizer":
+        return s.budget_sequences * c.SEQ_LEN, s.budget_sequences // k["BATCH_SIZE"]
+    if t == "sft":
+        return s.budget_examples * c.SEQ_LEN, s.budget_examples // k["BATCH_SIZE"]
+    if t == "distillation":
+        steps = k["EPOCHS"] * (s.budget_prompts // k["BATCH_SIZE"])
+        return steps * k["BATCH_SIZE"] * c.N_POSITIONS, steps
+    if t in ("dpo", "reward_model"):
+        return s.budget_pairs * 2 * c.SEQ_LEN, s.budget_pairs // k["BATCH_SIZE"]
+    if t == "unlearning":
+        steps = min(k["STEPS"], s.budget_examples // k["BATCH_SIZE"])
+        return steps * k["BATCH_SIZE"] * c.FACT_LEN, steps
+    if t == "pruning":
+        return s.calib_sequences * c.SEQ_LEN, 1
+    if t == "agentic_rl":
+        return s.budget_env_steps, s.budget_env_steps // (k["EPISODES"] * s.max_steps)
+    if t == "diffusion_rl":
+        return s.budget_samples, s.budget_samples // k["BATCH_SIZE"]
+    if t == "graph_diffusion":
+        return s.budget_graphs, s.budget_graphs // k["BATCH_SIZE"]
+    raise AssertionError(f"no formula for {t}: add one here when adding a task")
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_estimate_matches_the_repo_config_and_training_loop(name):
+    task = load_task(name)
+    b = task.scale("full")
+    e = b.estimate
+    assert e is not None and b.peak_gpu_gib is not None, f"{name}: full declares no estimate or peak_gpu_gib"
+    amount, steps = _shipped_run(task)
+    assert e.amount == amount, f"{name}: estimate.amount {e.amount:,} but config.py/train.py give {amount:,}"
+    assert e.steps == steps, f"{name}: estimate.steps {e.steps:,} but config.py/train.py give {steps:,}"
+    if e.units == "tokens":      # 2N (one forward) to 8N (forward, backward, a reference forward) per token
+        k = e.flops / (b.n_params * e.amount)
+        assert 1.9 <= k <= 8.5, f"{name}: {e.flops:.2e} FLOPs is {k:.1f} x params x tokens"
+    assert 0 < b.peak_gpu_gib <= 139, f"{name}: peak {b.peak_gpu_gib} GiB does not fit one H200"
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_full_is_sized_for_one_gpu_and_the_default_cap_follows_the_estimate(name):
+    b = load_task(name).scale("full")
+    e = b.estimate
+    # 20-90 min per seed, unless the shipped run is seconds by design and the cap's floor is the budget
+    assert 20 <= e.minutes <= 90 or (e.minutes < 5 and b.cap_min_s >= 1200), f"{name}: {e.minutes} min"
+    expected = max(b.cap_min_s, 3 * e.minutes * 60)
+    assert 0.9 * expected <= b.default_cap_s <= 1.1 * expected, \
+        f"{name}: default_cap_s {b.default_cap_s:.0f} s, not ~3 x the estimate ({expected:.0f} s)"
+    assert b.default_cap_s < b.window_s
+    h = gpu_hours(load_task(name))
+    assert h["cell_h"] <= 3 * 90 * 1.5 / 60 and h["calibration_h"] == pytest.approx(5 * e.minutes / 60)
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_readme_shows_the_declared_figures(name):
+    task = load_task(name)
+    b, text = task.scale("full"), (task.repo / "README.md").read_text()
+    e = b.estimate
+    for row in (f"| parameters | {b.n_params:,} |", f"| steps | {e.steps:,} |", f"| {e.amount:,} |",
+                f"| model FLOPs | {e.flops:.1e} |", f"| expected minutes | {e.minutes:g} |",
+                f"| expected peak GPU memory | {b.peak_gpu_gib:g} GiB |"):
+        assert row in text, f"{task.repo.name}/README.md lacks {row!r}"
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_plan_lines_show_sizes_minutes_memory_and_what_to_prepare(name, tmp_path):
+    task = load_task(name)
+    b = task.scale("full")
+    lines = plan_lines(task, "full", cache_root=tmp_path)
+    text = "\n".join(lines)
+    assert f"{b.n_params:,} parameters" in lines[0] and f"{b.estimate.steps:,} steps" in lines[0]
+    assert f"~{b.estimate.minutes:g} min per seed" in text
+    assert f"~{b.peak_gpu_gib:g} GiB" in text
+    prep_lines = [ln for ln in lines if ln.startswith("prepare")]
+    assert prep_lines
+    if prep.needs_data(task, "full"):
+        data = next(ln for ln in prep_lines if "data:" in ln)
+        assert "not prepared" in data and str(tmp_path) in data
+        for f in prep.expected_files(task, "full"):
+            assert f in data
+    if prep.needs_artifacts(task, "full"):
+        for rel in task.artifacts.writes:
+            assert any(rel in ln for ln in prep_lines)
+    if prep.needs_data(task, "full") or prep.needs_artifacts(task, "full"):
+        assert f"python -m ai4ai.prepare task={name} scale=full" in text
+    else:
+        assert "nothing" in prep_lines[0]
+
+
+def test_plan_at_the_cpu_scales_says_nothing_to_prepare(tmp_path):
+    lines = plan_lines(load_task("sft"), "smoke", cache_root=tmp_path)
+    assert len(lines) == 1 and "nothing" in lines[0]
+
+
+def _fake_cache(task, root, files: dict) -> "prep.Path":
+    """A cache folder as materialize_cached leaves it (files, SHA256SUMS, .complete)."""
+    dest = prep.data_dir(task, "full", root)
+    dest.mkdir(parents=True)
+    for n, raw in files.items():
+        (dest / n).write_bytes(raw)
+    (dest / "SHA256SUMS").write_text("".join(f"{prep.sha256_file(dest / n)}  {n}\n" for n in sorted(files)))
+    (dest / ".complete").write_text("ok")
+    return dest
+
+
+def test_prepare_lines_follow_the_cache_state(tmp_path):
+    task = load_task("optimizer")
+    dest = _fake_cache(task, tmp_path, {"train_full.u8": b"\x01" * 256, "val.u8": b"\x02" * 128})
+    line = prepare_lines(task, "full", tmp_path)[0]
+    assert "cached, 2 files verified (train_full.u8, val.u8)" in line
+    (dest / "val.u8").unlink()          # data_mounts removes the validation split: still complete
+    assert "cached" in prepare_lines(task, "full", tmp_path)[0]
+    (dest / "train_full.u8").write_bytes(b"\x03" * 256)
+    damaged = prepare_lines(task, "full", tmp_path)
+    assert "damaged (train_full.u8 does not match its sha256)" in damaged[0]
+    assert any("run first" in ln for ln in damaged)
+    shutil.rmtree(dest)
+    dest.with_name(dest.name + ".partial").mkdir()
+    assert "stopped midway" in prepare_lines(task, "full", tmp_path)[0]
+
+
+def test_shrunk_full_has_its_own_cache_key(monkeypatch):
+    task = load_task("optimizer")
+    full = prep.cache_key(task)
+    monkeypatch.setenv(prep.SHRINK_ENV, "cpu")
+    assert prep.cache_key(task) == f"{full}-shrunk-cpu" and prep.shrink_env() == {prep.SHRINK_ENV: "cpu"}
+
+
+def _raw(name):
+    import yaml
+    from ai4ai.task import TASK_DIR
+    return yaml.safe_load((TASK_DIR / f"{name}.yaml").read_text())
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda e: e.update(minutes=e["minutes"] * 3), "disagrees with steps x step_ms"),
+    (lambda e: e.update(units="parsecs"), "units must be one of"),
+    (lambda e: e.update(watts=700), "unknown keys"),
+    (lambda e: e.pop("basis"), "missing keys"),
+    (lambda e: e.update(steps=0), "must be positive"),
+])
+def test_the_estimate_is_parsed_strictly(edit, message):
+    raw = _raw("optimizer")
+    edit(raw["scales"]["full"]["estimate"])
+    with pytest.raises(TaskError, match=message):
+        parse_task(raw, "optimizer.yaml")
+
+
+def test_peak_memory_is_optional_and_numeric():
+    raw = _raw("optimizer")
+    del raw["scales"]["full"]["peak_gpu_gib"], raw["scales"]["full"]["estimate"]
+    b = parse_task(raw, "x").scale("full")
+    assert b.peak_gpu_gib is None and b.estimate is None
+    raw["scales"]["full"]["peak_gpu_gib"] = "lots"
+    with pytest.raises(ValueError):
+        parse_task(raw, "x")
+    assert math.isfinite(load_task("optimizer").scale("full").peak_gpu_gib)
+
+
+def test_calibration_estimate_and_the_cut_check():
+    from ai4ai.grade import SeedResult
+    task = load_task("sft")
+    assert calibration_estimate_s(task, "full") == pytest.approx(5 * (37 * 60 + 15))
+    assert calibration_estimate_s(task, "smoke") is None
+    done = SeedResult(seed=1000, status="graded", reason=None, raw=0.4, train_s=2200.0, timed_out=False)
+    cut = SeedResult(seed=1001, status="graded", reason=None, raw=0.3, train_s=6700.0, timed_out=True, cut="wall")
+    assert calibration_cut([done, done]) is None
+    why = calibration_cut([done, cut])
+    assert "seeds 1001" in why and "6700 s" in why and "default_cap_s" in why
