@@ -32,6 +32,7 @@ from .context import Key, RunContext
 from .evaluation import EvalSpec, run_worker
 from .grading import grade_seeds
 from .layout import RunDir, write_json
+from .plan import calibration_cut, calibration_estimate_s
 from .provenance import versions
 from .scoring import Anchors, phi, phi_mean_raw
 from .submission import Submission
@@ -177,6 +178,9 @@ def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None) ->
     if bad:
         raise RuntimeError("the shipped algorithm failed during calibration: "
                            + "; ".join(f"seed {r.seed}: {r.status} {r.reason}" for r in bad))
+    why = calibration_cut(results)     # a run the wall clock cut must not become the baseline and the cap
+    if why:
+        raise RuntimeError(why)
     spec = EvalSpec(task=task.name, repo=str(workdir / "shipped" / ".pristine"), grader=str(task.grader),
                     model=task.model, scale=ctx.scale, candidates=[], direction=task.metric.direction,
                     transform=task.metric.transform, metadata_keys=[], device=ctx.device, threads=ctx.threads,
@@ -225,13 +229,19 @@ def estimate_calibration_s(ctx: RunContext) -> tuple[float, bool]:
     """Rough time of a calibration: from any earlier record of this task and scale, else the cap."""
     b = ctx.task.scale(ctx.scale)
     walls = train_walls(ctx.task.grader, ctx.task.name, ctx.scale)
+    if not walls and (est := calibration_estimate_s(ctx.task, ctx.scale)) is not None:
+        return est, False
     per_seed = (max(walls) if walls else b.default_cap_s) + 15
     return per_seed * len(b.calibration_seeds), bool(walls)
 
 
 def estimate_text(ctx: RunContext) -> str:
     s, measured = estimate_calibration_s(ctx)
-    return f"about {s / 60:.0f} min" if measured else f"at most {s / 60:.0f} min (no earlier calibration to go by)"
+    if measured:
+        return f"about {s / 60:.0f} min"
+    if ctx.task.scale(ctx.scale).estimate is not None:
+        return f"about {s / 60:.0f} min (the task's estimate; nothing measured yet)"
+    return f"at most {s / 60:.0f} min (no earlier calibration to go by)"
 
 
 def ensure(ctx: RunContext) -> Record:

@@ -13,8 +13,9 @@ from .console import say
 from .context import RunContext
 from .evaluation import CKPT_RE, EvalSpec, WorkerError, run_worker
 from .submission import Submission
-from .training import (CACHE_ROOT, EnvironmentFault, build_once, build_training_copy, data_mounts, device_lock,
-                       run_training, stage_dir, training_seed)
+from .preparing import data_mounts
+from .training import (EnvironmentFault, build_once, build_training_copy, device_lock, run_training, stage_dir,
+                       training_seed)
 from .workspace import pristine_copy
 
 
@@ -85,7 +86,7 @@ def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Pat
         pristine = build_once(workdir / ".pristine", lambda d: pristine_copy(task, d))
     train_repo = build_once(stage_dir(ctx, f"repo {workdir} {sub.sha256}") / "repo",
                              lambda d: build_training_copy(task, sub, d))
-    mounts, env = data_mounts(task, ctx.scale, CACHE_ROOT)
+    mounts, env = data_mounts(task, ctx.scale)
     results = []
     caps = (f"CPU cap {ctx.cpu_cap_s:.0f} CPU-s, liveness net {ctx.cap_s:.0f} s" if ctx.cpu_cap_s is not None
             else f"cap {ctx.cap_s:.0f}s")

@@ -21,6 +21,7 @@ from .console import say
 from .context import NETWORK_MODES, RunContext, UsageError, context
 from .grading import grade_seeds
 from .instructions import render
+from .plan import plan_lines
 from .layout import RunDir, read_json, write_json
 from .provenance import UNVERSIONED, tree_sha256, versions
 from .proxy import ProxyServer, choose_submission, client_bin, write_submission_record
@@ -295,6 +296,9 @@ def describe_plan(ctx: RunContext, cfg: DictConfig, window_s: float | None) -> N
     if window_s is not None:
         print(f"window      {window_s:.0f} s (agent, wall clock)")
     print(f"seeds       grader {list(b.grader_seeds)}   calibration {list(b.calibration_seeds)}")
+    if ctx.scale == "full":       # sizes, expected GPU minutes, peak memory, what will be prepared
+        for line in plan_lines(ctx.task, ctx.scale, device=ctx.device):
+            print(line)
     if rec is None:
         print(f"anchors     none recorded for this key: will calibrate first, {anchors.estimate_text(ctx)} "
               f"({len(b.calibration_seeds)} seeds)")

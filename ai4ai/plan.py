@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import PROJECT_ROOT
-from . import prepare as prep
+from . import preparing as prep
 from .task import Task
 
 UNIT_NAMES = {"tokens": "tokens", "samples": "sampled trajectories", "env_steps": "environment steps",
@@ -101,7 +101,7 @@ def prepare_lines(task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, de
 
 def calibration_estimate_s(task: Task, scale: str) -> float | None:
     """Expected seconds of a calibration before any has run (its seeds x the estimate), or None
-    where the scale declares no estimate; pipeline.estimate_calibration_s falls back to the cap."""
+    where the scale declares no estimate; anchors.estimate_calibration_s falls back to the cap."""
     b = task.scale(scale)
     return None if b.estimate is None else len(b.calibration_seeds) * (b.estimate.minutes * 60 + 15)
 

@@ -28,7 +28,8 @@ from .grading import eval_spec
 from .layout import RunDir, write_json
 from .scoring import Anchors, sigma
 from .submission import Submission, from_workspace
-from .training import build_training_copy, data_mounts, device_lock, run_training, stage_dir, training_seed
+from .preparing import data_mounts
+from .training import build_training_copy, device_lock, run_training, stage_dir, training_seed
 from .trajectory import PROXY, SUBMIT, Trajectory
 
 MAX_REQUEST = 4096

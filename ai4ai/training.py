@@ -21,19 +21,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import PROJECT_ROOT
-from .console import TrainingBar, printable, say
+from .console import TrainingBar, printable
 from .context import RunContext
 from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD
-from .hidden import load_grader
-from .layout import DATA, KERNELS, OUT, REPO, TRAIN_HOME, RunDir, write_json
-from .provenance import UNVERSIONED, python_executable, tree_sha256
+from .layout import KERNELS, OUT, REPO, TRAIN_HOME, RunDir, write_json
+from .preparing import shrink_env
+from .provenance import python_executable
 from .sandbox import KERNELS_DIR, Mount, Sandbox, default_memory_limit
 from .submission import Submission, apply
 from .task import Task
 from .workspace import copy_repo, make_read_only, make_writable
 
 MAX_CKPT_FILES = 3
-CACHE_ROOT = PROJECT_ROOT / "outputs" / ".cache"
 
 
 def training_seed(ctx: RunContext, label: str, default: int) -> int:
@@ -140,29 +139,6 @@ def _try_lock(f) -> bool:
 # an unstarved tree, so a busy tree the net cuts got under a quarter of its cores and waited for
 # the rest: its share is well above this.
 STARVED_SHARE = 0.5
-
-
-def data_mounts(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> tuple[list[Mount], dict]:
-    """Splits too large to commit are materialized once into a cache, keyed by version.
-
-    The `ci` and `smoke` splits are committed in the repo (tests and laptops need no prepare
-    step); `full` splits are written by the grader's prepare function (`data.prepare`).
-    """
-    if not task.prepare or not task.data_env or scale != "full":
-        return [], {}
-    key = tree_sha256(task.grader, UNVERSIONED)[:16]
-    dest = cache_root / "data" / task.name / scale / key
-    if not (dest / ".complete").exists():
-        say(f"materializing the {scale} training split into {dest} (once)")
-        grader = load_grader(task.name, task.grader)
-        dest.mkdir(parents=True, exist_ok=True)
-        sums = getattr(grader, task.prepare)(scale, dest)
-        (dest / "SHA256SUMS").write_text("".join(f"{v}  {k}\n" for k, v in sorted(sums.items())))
-        (dest / ".complete").write_text("ok")
-    # the validation split never reaches the grader's training
-    for v in task.validation_files:
-        (dest / Path(v).name).unlink(missing_ok=True)
-    return [Mount(DATA, dest, False)], {task.data_env: DATA}
 
 
 def build_training_copy(task: Task, sub: Submission, dest: Path) -> Path:
@@ -304,6 +280,7 @@ def training_sandbox(ctx: RunContext, train_repo: Path, seed_dir: Path, extra_mo
     env.update(OMP_NUM_THREADS=str(ctx.threads), MKL_NUM_THREADS=str(ctx.threads),
                OMP_WAIT_POLICY="PASSIVE", KMP_BLOCKTIME="0",
                **{k: sb.path(v) for k, v in extra_env.items()})
+    env.update(shrink_env())      # the harness's sizes of `full` (tests shrink them), the same in every run
     if ctx.cpu_cap_s is not None:
         env["AI4AI_CPU_BUDGET_S"] = f"{ctx.cpu_cap_s:.0f}"
     if ctx.backend == "none":

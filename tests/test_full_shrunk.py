@@ -2,15 +2,15 @@
 
 Per task, in a copy of the project (so the shrunk prepared models, anchors and caches never touch
 the real tree), through the real commands' functions:
-  prepare      ai4ai.prepare: the grader's prepare function into the cache (checksummed), the repo's
+  prepare      ai4ai.preparing: the grader's prepare function into the cache (checksummed), the repo's
                own prepare step for the prepared models; a second prepare reuses both
   plan         ai4ai.plan: the dry-run lines see the cache and the artifacts
   calibrate    triggered by the grading: the shipped algorithm on the 5 calibration seeds, at full
   grade        a submission that keeps running after its last checkpoint, so the wall-clock cap
                (cap_factor x the calibrated shipped time) is what ends it, as at full on a GPU; its
                checkpoints are selected among and evaluated by the hidden grader
-The two harness hooks the tier needs are applied in the driver exactly as grade.py will call them
-(HOOKS below); once grade.py calls them itself, the driver leaves it alone.
+The harness passes AI4AI_SHRINK into every training sandbox (training.training_sandbox) and keys
+the data cache by it (preparing.data_mounts), so proxy and grading runs agree on the sizes.
 """
 import json
 import os
@@ -35,20 +35,10 @@ DRIVER = r'''
 import json, sys
 from pathlib import Path
 from hydra import compose, initialize_config_dir
-from ai4ai import CONF_DIR, grade as g, prepare as p, pipeline
+from ai4ai import CONF_DIR, pipeline, preparing as p
+from ai4ai.context import task_from_cfg
 from ai4ai.plan import plan_lines
 from ai4ai.submission import unified_diff
-
-# HOOKS: grade.data_mounts -> prepare.data_mounts; grade.training_sandbox adds prepare.shrink_env()
-if g.data_mounts is not p.data_mounts:
-    g.data_mounts = p.data_mounts
-if "shrink_env" not in g.training_sandbox.__code__.co_names:
-    _sandbox = g.training_sandbox
-    def training_sandbox(*a, **k):
-        sb = _sandbox(*a, **k)
-        sb.env.update(p.shrink_env())
-        return sb
-    g.training_sandbox = training_sandbox
 
 name, out = sys.argv[1], Path(sys.argv[2])
 over = [f"task={name}", "scale=full", "device=cpu", "progress=false", f"outputs={out}"]
@@ -57,7 +47,7 @@ with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
     # the wall clock binds: cap = cap_factor x the calibrated shipped time; cap_min_s out of the way
     gcfg = compose(config_name="grade", overrides=over + ["seeds=[0]", "task.scales.full.cap_min_s=1",
                                                           "task.scales.full.cap_factor=3", f"patch={out}/sleep.patch"])
-task, _ = pipeline.task_from_cfg(pcfg)
+task, _ = task_from_cfg(pcfg)
 first = p.prepare(task, "full", "cpu", progress=False)
 again = p.prepare(task, "full", "cpu", progress=False)
 lines = plan_lines(task, "full", device="cpu")

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from ai4ai import prepare as prep
+from ai4ai import preparing as prep
 from ai4ai.plan import calibration_cut, calibration_estimate_s, gpu_hours, plan_lines, prepare_lines
 from ai4ai.task import TaskError, list_tasks, load_task, parse_task
 
@@ -201,7 +201,7 @@ def test_peak_memory_is_optional_and_numeric():
 
 
 def test_calibration_estimate_and_the_cut_check():
-    from ai4ai.grade import SeedResult
+    from ai4ai.grading import SeedResult
     task = load_task("sft")
     assert calibration_estimate_s(task, "full") == pytest.approx(5 * (37 * 60 + 15))
     assert calibration_estimate_s(task, "smoke") is None

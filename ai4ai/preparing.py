@@ -1,0 +1,294 @@
+"""Build what a task needs at a scale whose data and prepared models are not committed (full).
+
+The library of `python -m ai4ai.prepare task=sft scale=full [device=cuda]` (prepare.py), and of
+the data mounts every training run gets (training.data_mounts).
+
+Two phases, each resumable and checksummed:
+  1. data: the hidden grader's prepare function (`data.prepare` in the task config, e.g.
+     materialize) writes the training splits into the harness's cache, outputs/.cache/data/<task>/
+     <scale>/<key> (key: the grader's content hash), the layout training.data_mounts mounts from.
+     A complete cache (its .complete marker) is reused after every file is checked against its
+     SHA256SUMS; a damaged one is set aside and rebuilt; a partial one (a prepare killed midway)
+     is regenerated from its seeds, which gives the same bytes.
+  2. artifacts: the repo's own prepare step (`data.artifacts.command`) makes the prepared models
+     the scale needs (a base LM, a teacher, ...) inside the repo, where its loaders check them
+     against the repo's SHA256SUMS. Artifacts already there with matching checksums are kept.
+A killed prepare resumes at the phase it was in; a complete one is skipped.
+
+AI4AI_SHRINK (see SHRINK_ENV) shrinks `full` to CPU sizes for the test suite; the cache key
+carries it, so a shrunk split is never taken for a full one.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import PROJECT_ROOT
+from .console import TrainingBar, say
+from .hidden import load_grader
+from .layout import DATA
+from .provenance import UNVERSIONED, python_executable, tree_sha256
+from .sandbox import Mount
+from .task import Task
+
+# Set (to a profile name, "cpu") in the harness's environment, it makes every repo's config.py and
+# every hidden grader use their shrunk `full` sizes: the same code paths as full, in seconds on a CPU.
+SHRINK_ENV = "AI4AI_SHRINK"
+CACHE_ROOT = PROJECT_ROOT / "outputs" / ".cache"     # the harness's data cache (never mounted whole)
+
+
+def shrink() -> str | None:
+    return os.environ.get(SHRINK_ENV) or None
+
+
+def shrink_env() -> dict[str, str]:
+    """What a training sandbox (and every process that builds a task's model) must see so that it
+    agrees with the harness on the sizes of `full`: passed unchanged to proxy and grading runs."""
+    s = shrink()
+    return {SHRINK_ENV: s} if s else {}
+
+
+def needs_data(task: Task, scale: str) -> bool:
+    """Whether the scale's training splits come from the grader's prepare function (as in data_mounts)."""
+    return bool(task.prepare and task.data_env and scale == "full")
+
+
+def needs_artifacts(task: Task, scale: str) -> bool:
+    return task.artifacts is not None and scale in task.artifacts.scales
+
+
+def cache_key(task: Task) -> str:
+    key = tree_sha256(task.grader, UNVERSIONED)[:16]
+    return f"{key}-shrunk-{shrink()}" if shrink() else key
+
+
+def data_dir(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> Path:
+    return Path(cache_root) / "data" / task.name / scale / cache_key(task)
+
+
+def expected_files(task: Task, scale: str) -> list[str]:
+    return [w.format(scale=scale) for w in task.prepare_writes]
+
+
+def read_sums(folder: Path) -> dict[str, str]:
+    listing = Path(folder) / "SHA256SUMS"
+    if not listing.exists():
+        return {}
+    return {name: digest for digest, name in (ln.split() for ln in listing.read_text().splitlines() if ln.strip())}
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify(folder: Path, may_be_absent: tuple[str, ...] = ()) -> list[str]:
+    """Problems with a cache folder (empty: every file matches its SHA256SUMS). Files in
+    `may_be_absent` (validation splits, which data_mounts removes before training) may be missing."""
+    folder = Path(folder)
+    sums = read_sums(folder)
+    if not sums:
+        return [f"{folder}: no SHA256SUMS"]
+    problems = []
+    for name, digest in sorted(sums.items()):
+        p = folder / name
+        if not p.exists():
+            if name not in may_be_absent:
+                problems.append(f"{name} is missing")
+        elif sha256_file(p) != digest:
+            problems.append(f"{name} does not match its sha256")
+    return problems
+
+
+@dataclass(frozen=True)
+class CacheState:
+    path: Path
+    state: str              # complete | partial | absent | damaged
+    files: tuple[str, ...]  # listed in its SHA256SUMS (complete or damaged), else expected
+    problems: tuple[str, ...] = ()
+
+
+def cache_state(task: Task, scale: str, cache_root: Path = CACHE_ROOT, check: bool = True) -> CacheState:
+    dest = data_dir(task, scale, cache_root)
+    if (dest / ".complete").exists():
+        problems = verify(dest, _validation_names(task)) if check else []
+        return CacheState(dest, "damaged" if problems else "complete", tuple(sorted(read_sums(dest))),
+                          tuple(problems))
+    partial = dest.with_name(dest.name + ".partial")
+    return CacheState(dest, "partial" if partial.exists() else "absent", tuple(expected_files(task, scale)))
+
+
+def _validation_names(task: Task) -> tuple[str, ...]:
+    return tuple(Path(v).name for v in task.validation_files)
+
+
+class _Heartbeat:
+    """A progress line every `every` seconds while a grader function writes into `folder`."""
+
+    def __init__(self, label: str, folder: Path, every: float = 15.0):
+        self.label, self.folder, self.every = label, Path(folder), every
+        self.t0, self.stop = time.monotonic(), threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every):
+            size = sum(p.stat().st_size for p in self.folder.glob("*") if p.is_file()) if self.folder.exists() else 0
+            say(f"  {self.label}: {time.monotonic() - self.t0:.0f} s, {size / 2**20:.1f} MiB written so far")
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def _build_cached(dest: Path, label: str, write, may_be_absent: tuple[str, ...] = ()) -> Path:
+    """Reuse `dest` when complete and verified; else run `write(folder) -> {name: sha256}` into
+    dest.partial, check every file against what it returned, write SHA256SUMS and .complete, and
+    rename it into place (so a killed write never passes for a complete one)."""
+    if (dest / ".complete").exists():
+        problems = verify(dest, may_be_absent)
+        if not problems:
+            say(f"  {label}: cached in {dest}, {len(read_sums(dest))} files verified")
+            return dest
+        stale = dest.with_name(f"{dest.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        say(f"  {label}: cache damaged ({'; '.join(problems[:3])}); moved to {stale.name}, rebuilding")
+        dest.rename(stale)
+    tmp = dest.with_name(dest.name + ".partial")
+    if tmp.exists():
+        say(f"  {label}: a previous prepare stopped midway; regenerating (same seeds, same bytes)")
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    t0 = time.monotonic()
+    with _Heartbeat(label, tmp):
+        sums = write(tmp)
+    wrong = [n for n, d in sums.items() if sha256_file(tmp / n) != d]
+    if wrong:
+        raise RuntimeError(f"{label}: files differ from the checksums their writer returned: {wrong}")
+    (tmp / "SHA256SUMS").write_text("".join(f"{v}  {k}\n" for k, v in sorted(sums.items())))
+    (tmp / ".complete").write_text("ok")
+    tmp.rename(dest)
+    size = sum((dest / n).stat().st_size for n in sums)
+    say(f"  {label}: wrote {len(sums)} files ({size / 2**20:.1f} MiB) in {time.monotonic() - t0:.0f} s to {dest}")
+    return dest
+
+
+def materialize_cached(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> Path | None:
+    """Phase 1: the grader's prepare function into the cache (None where the scale needs none)."""
+    if not needs_data(task, scale):
+        return None
+    grader = load_grader(task.name, task.grader)
+    fn = getattr(grader, task.prepare)
+    dest = _build_cached(data_dir(task, scale, cache_root), f"{task.name} {scale} data ({task.prepare})",
+                         lambda d: fn(scale, d), _validation_names(task))
+    missing = sorted(set(expected_files(task, scale)) - set(read_sums(dest)))
+    if missing:
+        raise RuntimeError(f"{task.name}: data.writes lists {missing}, which {task.prepare}() did not write")
+    return dest
+
+
+def data_mounts(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> tuple[list, dict]:
+    """The training split folder of `full` (materialized once, shrink-aware key, checksums verified
+    on reuse), mounted read-only at /data, its path in the task's data env var; nothing at ci and
+    smoke, whose splits are committed in the repo."""
+    dest = materialize_cached(task, scale, cache_root)
+    if dest is None:
+        return [], {}
+    for v in _validation_names(task):        # the validation split never reaches the grader's training
+        (dest / v).unlink(missing_ok=True)
+    return [Mount(DATA, dest, False)], {task.data_env: DATA}
+
+
+def artifact_state(task: Task, scale: str) -> dict[str, str]:
+    """Each file the repo's prepare step writes at `scale`: ok | missing | checksum mismatch | unlisted."""
+    if not needs_artifacts(task, scale):
+        return {}
+    out = {}
+    for rel in task.artifacts.writes:
+        p = task.repo / rel
+        listed = read_sums(p.parent).get(p.name)
+        out[rel] = ("missing" if not p.exists() else "unlisted" if listed is None
+                    else "ok" if sha256_file(p) == listed else "checksum mismatch")
+    return out
+
+
+def artifact_command(task: Task, scale: str, device: str, data: Path | None) -> list[str]:
+    import shlex
+    argv = shlex.split(task.artifacts.command.format(scale=scale, device=device, data=str(data or "")))
+    if argv and argv[0] in ("python", "python3"):
+        argv[0] = python_executable()
+    return argv
+
+
+def prepare_artifacts(task: Task, scale: str, device: str, data: Path | None, progress: bool = True,
+                      cache_root: Path = CACHE_ROOT) -> dict[str, str]:
+    """Phase 2: run the repo's prepare step unless every artifact it writes is there and checks out."""
+    if not needs_artifacts(task, scale):
+        return {}
+    state = artifact_state(task, scale)
+    if all(v == "ok" for v in state.values()):
+        say(f"  {task.name} {scale} artifacts: {', '.join(state)} present, checksums match")
+        return state
+    if task.artifacts.data_function:     # what the command reads, written by the grader (never committed)
+        fn = getattr(load_grader(task.name, task.grader), task.artifacts.data_function)
+        data = _build_cached(Path(cache_root) / "data" / task.name / task.artifacts.data_function / cache_key(task),
+                             f"{task.name} {task.artifacts.data_function}", fn)
+    argv = artifact_command(task, scale, device, data)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    if data is not None and task.data_env:
+        env[task.data_env] = str(data)
+    say(f"  {task.name} {scale} artifacts: {', '.join(f'{k} ({v})' for k, v in state.items())}; "
+        f"running `{' '.join(argv[1:])}` in {task.repo}")
+    log = cache_root / "prepare" / f"{task.name}_{scale}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    bar = TrainingBar(f"  {task.name} prepare", progress)
+    t0 = time.monotonic()
+    with open(log, "w") as f:
+        proc = subprocess.Popen(argv, cwd=task.repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        for line in proc.stdout:
+            f.write(line)
+            bar.on_line(line)
+        rc = proc.wait()
+    bar.close()
+    if rc != 0:
+        tail = log.read_text().strip().splitlines()[-5:]
+        raise RuntimeError(f"{task.name}: the repo's prepare step exited with {rc} (log {log}):\n  " + "\n  ".join(tail))
+    state = artifact_state(task, scale)
+    bad = {k: v for k, v in state.items() if v != "ok"}
+    if bad:
+        raise RuntimeError(f"{task.name}: after the prepare step, {bad}")
+    say(f"  {task.name} {scale} artifacts: {', '.join(state)} written and checked in {time.monotonic() - t0:.0f} s "
+        f"(inside {task.repo.relative_to(PROJECT_ROOT)}: part of the benchmark version, so calibrate after)")
+    return state
+
+
+def prepare(task: Task, scale: str, device: str, progress: bool = True, cache_root: Path = CACHE_ROOT) -> dict:
+    """Both phases; returns {"data": folder or None, "artifacts": {file: state}}."""
+    t0 = time.monotonic()
+    todo = [p for p, need in (("data", needs_data(task, scale)), ("artifacts", needs_artifacts(task, scale))) if need]
+    if not todo:
+        say(f"{task.name} at {scale}: nothing to prepare (its data and prepared models are committed)")
+        return {"data": None, "artifacts": {}}
+    say(f"preparing {task.name} at {scale}{f' (shrunk: {shrink()})' if shrink() else ''}: {' + '.join(todo)}")
+    data = None
+    if "data" in todo:
+        say(f"[{todo.index('data') + 1}/{len(todo)}] data")
+        data = materialize_cached(task, scale, cache_root)
+    arts = {}
+    if "artifacts" in todo:
+        say(f"[{todo.index('artifacts') + 1}/{len(todo)}] artifacts")
+        arts = prepare_artifacts(task, scale, device, data, progress, cache_root)
+    say(f"{task.name} at {scale} prepared in {time.monotonic() - t0:.0f} s")
+    return {"data": data, "artifacts": arts}
