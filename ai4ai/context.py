@@ -64,7 +64,7 @@ class RunContext:
 
 
 def anchor_key(task: Task, scale: str, device: str, threads: int) -> Key:
-    return Key(task=task.name, scale=scale, task_version=task_version(task),
+    return Key(task=task.name, scale=scale, task_version=task_version(task, scale),
                device_class=device_class(device, threads), torch=torch_minor())
 
 

@@ -29,7 +29,7 @@ def main() -> None:
         recs = (yaml.safe_load(anchor_store.anchors_path(t.grader).read_text()) or {}).get("records", []) \
             if anchor_store.anchors_path(t.grader).exists() else []
         cal = sorted({f"{r['key']['scale']}@{r['key']['device_class']}" for r in recs
-                      if r["key"].get("task_version") == task_version(t)})
+                      if r["key"].get("task_version") == task_version(t, r["key"]["scale"])})
         print(f"  {name:16s} {t.family:16s} metric {t.metric.name} ({t.metric.direction})  "
               f"scales {', '.join(t.scales)}  anchors: {', '.join(cal) or 'none for this task version'}")
     print("\nAGENTS (agent=NAME; kinds: " + ", ".join(kinds()) + ")")

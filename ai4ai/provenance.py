@@ -46,10 +46,12 @@ def benchmark_version() -> str:
     return h.hexdigest()[:16]
 
 
-# Task-config keys that cannot change a grading of the shipped algorithm: the prose, and the patch
-# filter's allowance basis (it decides which submissions are accepted, not what the anchors measure).
-UNMEASURED_KEYS = ("description",)
-UNMEASURED_SCALE_KEYS = ("n_params",)
+# Task-config keys that cannot change a grading of the shipped algorithm: the prose, check_task's
+# tuning sweep (points it grades, not the shipped recipe), the patch filter's allowance basis (it
+# decides which submissions are accepted, not what the anchors measure) and a scale's GPU estimate
+# and peak memory (what a dry run prints).
+UNMEASURED_KEYS = ("description", "tuning")
+UNMEASURED_SCALE_KEYS = ("n_params", "estimate", "peak_gpu_gib")
 
 
 def task_config_sha256(path: Path) -> str:
@@ -67,13 +69,37 @@ def _mentions(root: Path, needle: bytes) -> bool:
     return any(needle in p.read_bytes() for p in Path(root).rglob("*.py") if p.is_file())
 
 
-def task_version(task) -> str:
-    """Hash of what one task's anchors depend on: its repo, its hidden grader (minus anchors), its
-    config (minus the keys above) and, only if its repo or grader imports them, the kernel modules.
-    Anchors are keyed by it, so editing another task, a kernel the shipped algorithm does not use or
-    a README does not invalidate them (the global benchmark version still stamps every result)."""
+def _repo_sha256(task, scale: str | None) -> str:
+    """tree_sha256 of the repo; at a scale other than the ones its prepare step builds artifacts for,
+    without those artifacts and their checksum lines, which `python -m ai4ai.prepare` adds to the repo
+    (so preparing `full` leaves the ci and smoke versions, and their anchors, as they were)."""
+    art = getattr(task, "artifacts", None)
+    if scale is None or art is None or scale in art.scales:
+        return tree_sha256(task.repo)
+    built = {Path(w) for w in art.writes}
     h = hashlib.sha256()
-    h.update(b"repo" + tree_sha256(task.repo).encode())
+    root = Path(task.repo)
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if "__pycache__" in rel.parts or p.suffix == ".pyc" or not p.is_file() or p.is_symlink() or rel in built:
+            continue
+        data = p.read_bytes()
+        if p.name == "SHA256SUMS" and any(b.parent == rel.parent for b in built):
+            names = {b.name for b in built if b.parent == rel.parent}
+            kept = [ln for ln in data.decode().splitlines(keepends=True) if ln.split()[-1:] and ln.split()[-1] not in names]
+            data = "".join(kept).encode()
+        h.update(str(rel).encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def task_version(task, scale: str | None = None) -> str:
+    """Hash of what one task's anchors at `scale` depend on: its repo (at ci and smoke, without the
+    artifacts only `full` builds), its hidden grader (minus anchors), its config (minus the keys
+    above) and, only if its repo or grader imports them, the kernel modules. Anchors are keyed by it,
+    so editing another task, a kernel the shipped algorithm does not use or a config key no grading
+    reads does not invalidate them (the global benchmark version still stamps every result)."""
+    h = hashlib.sha256()
+    h.update(b"repo" + _repo_sha256(task, scale).encode())
     h.update(b"grader" + tree_sha256(task.grader, UNVERSIONED).encode())
     h.update(b"config" + task_config_sha256(PROJECT_ROOT / "conf" / "task" / f"{task.name}.yaml").encode())
     if _mentions(task.repo, b"ai4ai_kernels") or _mentions(task.grader, b"ai4ai_kernels"):

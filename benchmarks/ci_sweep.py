@@ -35,8 +35,9 @@ def sweep(out: Path, nonce: str, tasks: list[str], scale: str) -> dict:
                            cwd=ROOT, capture_output=True, text=True)
         res = json.loads((d / "result.json").read_text()) if (d / "result.json").exists() else {}
         rows[t] = {"status": res.get("status"), "raw": (res.get("raw") or {}).get("per_seed"),
-                   "score": res.get("score"), "training_seeds": [c.get("training_seed") for c in
-                                                                 (res.get("checkpoints") or {}).get("per_seed", [])],
+                   "score": res.get("score"),
+                   "training_seeds": [c.get("training_seed") for c in (res.get("checkpoints") or {}).get("per_seed", [])],
+                   "weights_sha256": [c.get("weights_sha256") for c in (res.get("checkpoints") or {}).get("per_seed", [])],
                    "wall_s": round(time.monotonic() - t0, 1), "exit": r.returncode}
         print(f"{t:16s} {rows[t]['status']}  raw {rows[t]['raw']}  score {rows[t]['score']}  "
               f"({rows[t]['wall_s']} s)", flush=True)
@@ -48,10 +49,10 @@ def sweep(out: Path, nonce: str, tasks: list[str], scale: str) -> dict:
 
 def compare(old: Path, new: Path) -> int:
     a, b = (json.loads((p / "sweep.json").read_text()) for p in (old, new))
-    print("| task | old raw | new raw | old score | new score | same |\n|---|---|---|---|---|---|")
+    print("| task | old raw | new raw | old score | new score | same weights, raw and score |\n|---|---|---|---|---|---|")
     bad = 0
     for t in a:
-        same = a[t]["raw"] == b.get(t, {}).get("raw") and a[t]["score"] == b.get(t, {}).get("score")
+        same = all(a[t][k] == b.get(t, {}).get(k) for k in ("raw", "score", "weights_sha256"))
         bad += not same
         print(f"| {t} | {a[t]['raw']} | {b.get(t, {}).get('raw')} | {a[t]['score']} | {b.get(t, {}).get('score')} | "
               f"{'yes' if same else 'NO'} |")

@@ -53,3 +53,24 @@ def test_version_moves_with_what_grading_depends_on(project, change):
         v = provenance.task_version(task)
         (root / "kernels" / "adamw.py").write_text("# changed\n")
     assert provenance.task_version(task) != v
+
+
+def test_preparing_full_artifacts_leaves_the_ci_and_smoke_versions(tmp_path):
+    """`python -m ai4ai.prepare scale=full` writes its prepared model and a checksum line into the repo:
+    the full version moves with them (its anchors depend on that model), ci and smoke do not."""
+    from dataclasses import replace
+    task = load_task("sft")
+    repo = tmp_path / "sft"
+    shutil.copytree(task.repo, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    t = replace(task, repo=repo)
+    before = {s: provenance.task_version(t, s) for s in ("ci", "smoke", "full")}
+    assert before["ci"] == provenance.task_version(task, "ci")        # the copy hashes as the original
+    (art,) = task.artifacts.writes
+    (repo / art).write_bytes(b"a prepared full-scale model")
+    sums = repo / art.rsplit("/", 1)[0] / "SHA256SUMS"
+    sums.write_text(sums.read_text() + f"{'0' * 64}  {art.rsplit('/', 1)[1]}\n")
+    after = {s: provenance.task_version(t, s) for s in ("ci", "smoke", "full")}
+    assert after["ci"] == before["ci"] and after["smoke"] == before["smoke"]
+    assert after["full"] != before["full"]
+    (repo / "train.py").write_text((repo / "train.py").read_text() + "\n# an edit\n")
+    assert provenance.task_version(t, "ci") != before["ci"]          # anything else still moves it

@@ -70,7 +70,10 @@ def test_starved_training_is_an_error_not_a_lower_score(tmp_path, task, pristine
 def test_sleeping_past_the_liveness_net_is_invalid(tmp_path, task, pristine):
     """Escaping a bad score through `error`: a training that sleeps until the liveness net cuts it.
     Gains nothing: it was not waiting for a CPU, so the seed is `invalid`, never retried."""
-    outcome, _, reason = _train(tmp_path, task, pristine, "import time as _t\n_t.sleep(300)\n", wall_s=30, cpu_s=500)
+    # before train.py's imports: on a loaded host the imports alone can take the 30 s net, starved,
+    # and the probe would test the starved branch instead of sleeping
+    outcome, _, reason = _train(tmp_path, task, pristine, "import time as _t\n_t.sleep(300)\n", wall_s=30, cpu_s=500,
+                                after="import argparse")
     assert outcome.cut == "wall" and reason and reason.startswith("idle past the liveness net"), (outcome, reason)
 
 

@@ -17,7 +17,7 @@ from ai4ai.task import load_task
 def record(task_name: str, scale: str = "smoke") -> tuple[anchor_store.Anchors, float]:
     """(anchors, seed std of phi) of the task's current version at `scale`."""
     task = load_task(task_name)
-    version = task_version(task)
+    version = task_version(task, scale)
     key = anchor_key(task, scale, "cpu", task.scale(scale).threads)
     rec = anchor_store.find(task.grader, key)
     if rec is not None:
