@@ -16,6 +16,7 @@ import shlex
 import shutil
 import socket
 import stat
+import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -293,12 +294,55 @@ class EnvironmentFault(RuntimeError):
     """The machine, not the submission, ended a training run (recorded as `error`, retried)."""
 
 
+# At full the wall clock is the budget, so a GPU that another process is using makes the number
+# depend on that process. A training run starts only on a GPU with no other compute process and at
+# most this much memory in use; it fails closed (an `error`, retried) when that cannot be checked.
+GPU_BUSY_MIB = 512
+
+
+def gpu_users(query: str, own: set[int] = frozenset()) -> list[str]:
+    """Other processes on the GPU, from `nvidia-smi --query-compute-apps=pid,used_memory
+    --format=csv,noheader,nounits` output ("pid, MiB" a line); `own`: pids of this harness."""
+    out = []
+    for line in query.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit() and int(parts[0]) not in own:
+            out.append(f"pid {parts[0]} ({parts[1]} MiB)")
+    return out
+
+
+def require_idle_gpu(device: str) -> None:
+    """Raise EnvironmentFault unless the GPU `device` names is idle (see GPU_BUSY_MIB)."""
+    if not device.startswith("cuda"):
+        return
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        raise EnvironmentFault("cannot check that the GPU is idle (nvidia-smi not found); a shared GPU makes "
+                               "the wall-clock cap meaningless, so grading at full needs nvidia-smi on PATH")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    sel = ["-i", visible] if visible else []
+    try:
+        apps = subprocess.run([smi, *sel, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30, check=True).stdout
+        used = subprocess.run([smi, *sel, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError) as e:
+        raise EnvironmentFault(f"cannot check that the GPU is idle: nvidia-smi failed ({e})")
+    others = gpu_users(apps, {os.getpid()})
+    mib = float(used[0]) if used and used[0].replace(".", "", 1).isdigit() else None
+    if others or mib is None or mib > GPU_BUSY_MIB:
+        raise EnvironmentFault(f"the GPU is in use ({', '.join(others) or 'no process listed'}; "
+                               f"{'unknown' if mib is None else f'{mib:.0f} MiB'} of its memory taken): grading "
+                               "needs it to itself; stop the other work (nvidia-smi lists it) and rerun")
+
+
 def run_training(ctx: RunContext, train_repo: Path, seed: int, seed_dir: Path, extra_mounts: list,
                  extra_env: dict, label: str) -> tuple:
     """Train once under the caps; returns (outcome, snapshotted checkpoints, invalid reason or None).
 
     Raises EnvironmentFault when the liveness net cut a run that was under its CPU cap on a host
     with no idle capacity: load slowed it, so its checkpoints say nothing about the submission."""
+    require_idle_gpu(ctx.device)
     # The sandbox's folders live in a neutral stage folder while it runs (see stage_dir) and move
     # to the seed's folder afterwards.
     stage = stage_dir(ctx)

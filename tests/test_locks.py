@@ -2,6 +2,8 @@
 import threading
 import time
 
+import pytest
+
 import ai4ai.training as grade
 
 
@@ -91,3 +93,20 @@ def test_a_proxy_call_goes_before_waiting_gradings(monkeypatch, tmp_path):
     t = {(n, e): s for n, e, s in log}
     assert t[(3, "in")] < t[(1, "in")] and t[(3, "in")] < t[(2, "in")], log
     assert _most_at_once(log) == 1
+
+
+def test_a_gpu_another_process_uses_is_refused(monkeypatch, tmp_path):
+    """At full the wall clock is the budget: a training run refuses a GPU another process is using,
+    and fails closed when it cannot tell (no nvidia-smi)."""
+    assert grade.gpu_users("1234, 30000\n5678, 10\n", own={5678}) == ["pid 1234 (30000 MiB)"]
+    assert grade.gpu_users("No running processes found\n") == []
+    grade.require_idle_gpu("cpu")                      # nothing to check on a CPU
+    monkeypatch.setattr(grade.shutil, "which", lambda name: None)
+    with pytest.raises(grade.EnvironmentFault, match="nvidia-smi not found"):
+        grade.require_idle_gpu("cuda")
+    smi = tmp_path / "nvidia-smi"     # a stand-in for the binary: prints a busy GPU (no GPU here)
+    smi.write_text("#!/bin/sh\ncase \"$*\" in *compute-apps*) echo '4242, 20480';; *) echo 20990;; esac\n")
+    smi.chmod(0o755)
+    monkeypatch.setattr(grade.shutil, "which", lambda name: str(smi))
+    with pytest.raises(grade.EnvironmentFault, match="pid 4242"):
+        grade.require_idle_gpu("cuda")
