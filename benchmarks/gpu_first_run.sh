@@ -11,8 +11,8 @@
 #   2. the bubblewrap sandbox with the GPU: device nodes bound only when asked, CUDA memory
 #      allocates and a fused-CE training loop runs inside (benchmarks/gpu_sandbox_check.py)
 #   3. the test suite's GPU-marked tests (pytest -m gpu: the real training sandbox's /dev and caches)
-#   4. the kernel table at a reduced sweep (benchmarks/kernels.py --quick)
-#   5. a reduced-budget `full` calibration of one task end to end (see the note at step 5)
+#   4. a reduced-budget `full` prepare and calibration of one task end to end (AI4AI_SHRINK=cpu)
+#   5. the kernel table at a reduced sweep (benchmarks/kernels.py --quick), in what budget is left
 # Ends with summary.txt: one line per step with its exit status and seconds.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -68,31 +68,25 @@ step gpu_sandbox 75 python benchmarks/gpu_sandbox_check.py --out "$OUT_DIR"
 # 3. the suite's GPU-marked tests (pyproject deselects them by default)
 step gpu_marked_tests 60 python -m pytest -q -p no:cacheprovider -m gpu tests --junitxml="$OUT_DIR/gpu_marked_tests.xml"
 
-# 4. the kernel table, reduced: torch.compile only for the fused linear CE (compiling every
+# 4. a reduced-budget `full` calibration of the optimizer task, end to end on the GPU: prepare
+#    (the grader's full split into the cache), then calibrate: train under the wall-clock cap in the
+#    sandbox, select, evaluate, store anchors. AI4AI_SHRINK=cpu gives full its shrunk sizes (the same
+#    code paths, seconds a seed; see ai4ai/preparing.py). It runs in a throwaway copy of the tree,
+#    so the anchors it stores (of a shrunk run) never land in this checkout's grader_hidden/.
+COPY="$OUT_DIR/tree"
+mkdir -p "$COPY"
+tar -C "$ROOT" --exclude=./.git --exclude=./outputs --exclude=./.venv -cf - . | tar -C "$COPY" -xf -
+step full_prepare 60 env -C "$COPY" AI4AI_SHRINK=cpu AI4AI_OUTPUTS="$OUT_DIR/calibration" PYTHONPATH="$KPATH:$COPY" \
+  python -m ai4ai.prepare task=optimizer scale=full device=cuda progress=false
+step full_calibration 240 env -C "$COPY" AI4AI_SHRINK=cpu AI4AI_OUTPUTS="$OUT_DIR/calibration" PYTHONPATH="$KPATH:$COPY" \
+  python -m ai4ai.calibrate task=optimizer scale=full device=cuda progress=false
+
+# 5. the kernel table, reduced: torch.compile only for the fused linear CE (compiling every
 #    shape of every op would take the whole budget)
 step kernels_table_flce 140 python benchmarks/kernels.py --quick --ops flce --out "$OUT_DIR/kernels_flce"
 step kernels_table_losses 75 python benchmarks/kernels.py --quick --no-compile --ops ce,logprobs,kl,adamw,newton_schulz \
   --out "$OUT_DIR/kernels_losses"
 
-# 5. a reduced-budget `full` calibration of the optimizer task, end to end on the GPU: materialise,
-#    train under the wall-clock cap in the sandbox, select, evaluate, store anchors. The task's
-#    `full` sizes train for tens of minutes per seed and calibration needs five seeds, so this
-#    step needs an override that shrinks `full` (model, data budget, steps) for a test run: the
-#    shrunk-`full` override of issue 17 part 2. Pass it as FULL_SHRINK='<hydra overrides>'.
-#    It runs in a throwaway copy of the tree, so the anchors it stores (of a shrunk run) never
-#    land in this checkout's grader_hidden/.
-CALIBRATE=(python -m ai4ai.calibrate task=optimizer scale=full device=cuda progress=false)
-if [[ -n "${FULL_SHRINK:-}" ]]; then
-  COPY="$OUT_DIR/tree"
-  mkdir -p "$COPY"
-  tar -C "$ROOT" --exclude=./.git --exclude=./outputs -cf - . | tar -C "$COPY" -xf -
-  # shellcheck disable=SC2206  # FULL_SHRINK is a list of overrides, split on spaces on purpose
-  step full_calibration 180 env -C "$COPY" AI4AI_OUTPUTS="$OUT_DIR/calibration" PYTHONPATH="$KPATH:$COPY" \
-    "${CALIBRATE[@]}" ${FULL_SHRINK}
-else
-  echo "== full_calibration: not run: FULL_SHRINK (the shrunk-full overrides) is not set; the command is" \
-       "'${CALIBRATE[*]} \$FULL_SHRINK' in a copy of the tree" | tee -a "$SUMMARY"
-fi
 
 echo
 echo "summary ($(( $(date +%s) - START )) s; outputs in $OUT_DIR)"
