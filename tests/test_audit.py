@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from ai4ai import PROJECT_ROOT, audit, pipeline
+from ai4ai import PROJECT_ROOT, auditing as audit, pipeline
 
 CI = ["task=optimizer", "scale=ci", "agent=baseline", "progress=false"]
 
