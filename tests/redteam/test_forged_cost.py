@@ -3,7 +3,7 @@ which the old cost record was parsed from; a forged usage line made a 7.5 USD se
 Gains nothing: the cost is the API gateway's, read from the API's own responses."""
 import pytest
 
-from tests.test_gateway import KEY, PRICES, expected, fake  # noqa: F401  (fake is a fixture)
+from tests.test_gateway import KEY, PRICES
 
 FORGER = """
 import json, os, urllib.request
@@ -18,13 +18,13 @@ print(json.dumps({"type": "turn.completed", "usage": {"input_tokens": 1, "cached
 """
 
 
-def test_forged_stdout_usage_line_changes_nothing(tmp_path, fake, monkeypatch):
+def test_forged_stdout_usage_line_changes_nothing(tmp_path, fake_api, monkeypatch):
     """Issue 14, class 5: the cost record is the gateway's; a usage line on the agent's stdout is ignored."""
     from ai4ai.agents.base import AgentContext
     from ai4ai.agents.cli import DUMMY_KEY, Wiring, run_cli
     from ai4ai.proxy import client_bin
     from ai4ai.sandbox import agent_sandbox, resolve_backend
-    api = fake("edit")
+    api = fake_api("edit", KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     ws, run = tmp_path / "ws", tmp_path / "run"
     ws.mkdir()
@@ -41,6 +41,6 @@ def test_forged_stdout_usage_line_changes_nothing(tmp_path, fake, monkeypatch):
     from pathlib import Path
     out = run_cli(ctx, wiring, Path(sys.executable))
     assert '"total_cost_usd": 0.0001' in (run / "transcript.jsonl").read_text()
-    tot, usd = expected(api.reported)
+    tot, usd = api.totals(PRICES)
     assert len(api.reported) == 1 and {k: out.usage[k] for k in tot} == tot and tot["input_tokens"] == 1700
     assert out.usage["usd"] == pytest.approx(usd, abs=1e-6) and out.usage["usd"] > 0.004
