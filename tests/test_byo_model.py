@@ -152,3 +152,25 @@ def test_task_version_folds_in_the_model_content(saved, tmp_path):
     moved = tmp_path / "moved"
     shutil.copytree(saved["llama"], moved)
     assert task_version(replace(t, model_path=str(moved))) == task_version(a)    # content, not path
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_task_text_is_encoded_with_the_models_tokenizer(arch, saved):
+    """The token table of check_model_path: the sft training rows, mapped through it, decode with the
+    model's own tokenizer to the text the repo's character vocabulary reads."""
+    import numpy as np
+    from transformers import AutoTokenizer
+    task = replace(load_task("sft"), model_path=str(saved[arch]))
+    info = models.check_model_path(task)
+    tok = AutoTokenizer.from_pretrained(saved[arch], local_files_only=True)
+    pad, bos, eos = info.token_ids[:3]
+    assert eos == tok.eos_token_id and bos == (tok.bos_token_id if arch == "llama" else tok.eos_token_id)
+    assert pad not in info.token_ids[3:] and pad not in (bos, eos)
+    chars = info.symbols[3:]
+    assert len(set(info.token_ids[3:])) == len(chars)
+    rows = np.frombuffer((task.repo / "data" / "train_ci.u8").read_bytes(), np.uint8).reshape(-1, 64)[:50]
+    table = np.array(info.token_ids)
+    for row in rows:
+        text = "".join(info.symbols[i] for i in row if i >= 3)
+        ids = [int(t) for t in table[row] if t not in (pad, bos, eos)]
+        assert tok.decode(ids) == text
