@@ -27,7 +27,7 @@ DONE = ["sft", "dpo", "reward_model"]
 # Hidden split sizes of the graded runs here (the CPU cost of a run is mostly its greedy evaluations)
 SHRUNK = {"selection": 128, "test": 512, "validation": 128}
 # ... and of the prepare steps that train (old line -> new line of the repo's prepare.py)
-SHRUNK_PREPARE = {"dpo": ("OWN_STEPS, OWN_LR = 1000, 3e-4", "OWN_STEPS, OWN_LR = 300, 3e-3")}
+SHRUNK_PREPARE = {"dpo": ("OWN_STEPS, OWN_LR = 1000, 3e-4", "OWN_STEPS, OWN_LR = 800, 3e-3")}
 
 
 @pytest.fixture(scope="module")
