@@ -196,6 +196,11 @@ def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None) ->
     baseline = phi_mean_raw(task, raws)
     vals = [r.validation_metric for r in results if r.validation_metric is not None]
     se = [r.test_excess_se for r in results if r.test_excess_se is not None]
+    p0, pb, p1 = (phi(x, task.metric.direction, task.metric.transform) for x in (ref["no_info"], baseline, best))
+    if not p0 < pb < p1:       # sigma is undefined then, and every grading against the record would fail
+        raise RuntimeError(f"calibration of {task.name} at {ctx.scale} gives anchors out of order (no_info "
+                           f"{ref['no_info']:.4g}, shipped {baseline:.4g}, best {best:.4g}): the shipped algorithm "
+                           "must beat the no-information model and stay below the best; nothing stored")
     record = {
         "key": ctx.key.as_dict(),
         "anchors": {"no_info": ref["no_info"], "baseline": baseline, "best": best},

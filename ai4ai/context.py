@@ -13,6 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from .models import with_model
 from .provenance import benchmark_version, default_device, device_class, task_version, torch_minor
 from .sandbox import resolve_backend
 from .task import Task, TaskError, load_task, parse_task
@@ -69,12 +70,17 @@ def anchor_key(task: Task, scale: str, device: str, threads: int) -> Key:
 
 
 def task_from_cfg(cfg: DictConfig) -> tuple[Task, bool]:
+    """The task the config composes, and whether it differs from conf/task/<name>.yaml. With
+    task.model_path, the task is pointed at its derived repo on that model (models.with_model),
+    checked before anything starts: a bad path is one UsageError line."""
     try:
         composed = parse_task(OmegaConf.to_container(cfg.task, resolve=True), f"task={cfg.task.name}")
         on_disk = load_task(cfg.task.name)
+        overridden = composed != on_disk
+        composed = with_model(composed)
     except TaskError as e:
         raise UsageError(str(e))
-    return composed, composed != on_disk
+    return composed, overridden
 
 
 def resolve_scale(name: str, device: str, paid: bool) -> str:

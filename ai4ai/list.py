@@ -5,6 +5,7 @@ import yaml
 
 from . import PROJECT_ROOT
 from . import anchors as anchor_store
+from . import models as own_models
 from .agents import kinds
 from .provenance import benchmark_version, task_version
 from .task import TaskError, list_tasks, load_task
@@ -15,6 +16,21 @@ def _comment(path) -> str:
         if line.startswith("#"):
             return line.lstrip("# ").strip()
     return ""
+
+
+def own_model_lines(task, recs: list) -> list[str]:
+    """One line per model brought to `task` (task.model_path, ai4ai.models), with the anchors it has."""
+    if task.name not in own_models.OWN_MODEL_TASKS:
+        return []
+    out = []
+    for version, e in own_models.registered(task).items():
+        cal = sorted({f"{r['key']['scale']}@{r['key']['device_class']}" for r in recs
+                      if r["key"].get("task_version") == version})
+        out.append(f"  {'':16s} own model {e['architecture']} ({e['n_params']:,} params, vocab {e['vocab_size']:,}, "
+                   f"sha256 {str(e['model_sha256'])[:12]}) {e['path']}  anchors: {', '.join(cal) or 'none yet'}")
+    if not out:
+        out.append(f"  {'':16s} own model: task.model_path=/path/to/hf-model (none brought yet)")
+    return out
 
 
 def main() -> None:
@@ -32,6 +48,8 @@ def main() -> None:
                       if r["key"].get("task_version") == task_version(t, r["key"]["scale"])})
         print(f"  {name:16s} {t.family:16s} metric {t.metric.name} ({t.metric.direction})  "
               f"scales {', '.join(t.scales)}  anchors: {', '.join(cal) or 'none for this task version'}")
+        for line in own_model_lines(t, recs):
+            print(line)
     print("\nAGENTS (agent=NAME; kinds: " + ", ".join(kinds()) + ")")
     for p in sorted((PROJECT_ROOT / "conf" / "agent").glob("*.yaml")):
         print(f"  {p.stem:16s} {_comment(p)}")

@@ -23,6 +23,7 @@ from .grading import grade_seeds
 from .instructions import render
 from .plan import plan_lines
 from .layout import RunDir, read_json, write_json
+from .models import provenance_record
 from .provenance import UNVERSIONED, tree_sha256, versions
 from .proxy import ProxyServer, choose_submission, client_bin, write_submission_record
 from .sandbox import agent_sandbox
@@ -231,7 +232,8 @@ def finish(ctx: RunContext, cell: Cell, sub: Submission, scored: Scored, seed_re
         provenance={**versions(), "repo_sha256": tree_sha256(ctx.task.repo),
                     "grader_sha256": tree_sha256(ctx.task.grader, UNVERSIONED),
                     "device_class": ctx.key.device_class, "threads": ctx.threads,
-                    "started_at": outcome.get("started_at") or started_at or record.now(), "task_overridden": ctx.task_overridden},
+                    "started_at": outcome.get("started_at") or started_at or record.now(), "task_overridden": ctx.task_overridden,
+                    "model": provenance_record(ctx.task)},      # task.model_path's model; None: the repo's own
     ).as_dict()
     results.validate(res)
     write_json(rd.result, res)

@@ -13,7 +13,7 @@ import yaml
 from . import PROJECT_ROOT, __version__
 
 # Calibration outputs live beside the hidden grader but are not part of what they measure.
-UNVERSIONED = {"anchors.yaml", "anchors.lock", "anchors.tmp", "calibration"}
+UNVERSIONED = {"anchors.yaml", "anchors.lock", "anchors.tmp", "calibration", "models.yaml", "models.tmp"}
 
 
 def tree_sha256(root: Path, skip: set[str] = frozenset()) -> str:
@@ -49,8 +49,9 @@ def benchmark_version() -> str:
 # Task-config keys that cannot change a grading of the shipped algorithm: the prose, check_task's
 # tuning sweep (points it grades, not the shipped recipe), the patch filter's allowance basis (it
 # decides which submissions are accepted, not what the anchors measure) and a scale's GPU estimate
-# and peak memory (what a dry run prints).
-UNMEASURED_KEYS = ("description", "tuning")
+# and peak memory (what a dry run prints). model_path is measured apart: by the model's content
+# (model_sha256), never by its folder's name.
+UNMEASURED_KEYS = ("description", "tuning", "model_path")
 UNMEASURED_SCALE_KEYS = ("n_params", "estimate", "peak_gpu_gib")
 
 
@@ -104,7 +105,32 @@ def task_version(task, scale: str | None = None) -> str:
     h.update(b"config" + task_config_sha256(PROJECT_ROOT / "conf" / "task" / f"{task.name}.yaml").encode())
     if _mentions(task.repo, b"ai4ai_kernels") or _mentions(task.grader, b"ai4ai_kernels"):
         h.update(b"kernels" + kernels_sha256().encode())
+    if getattr(task, "model_path", None):      # bring your own model: its content, not its path
+        h.update(b"model" + model_sha256(task.model_path).encode())
     return h.hexdigest()[:16]
+
+
+_MODEL_SHA: dict = {}
+
+
+def model_sha256(path) -> str:
+    """Content hash of a model folder (config, tokenizer, weights: every file, names and bytes), the
+    key a brought model's anchors carry. Cached per process on the files' sizes and mtimes, since a
+    real model's weights take a while to hash."""
+    root = Path(path).resolve()
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+                   and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(root).parts))
+    stamp = (str(root), tuple((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+    if stamp not in _MODEL_SHA:
+        h = hashlib.sha256()
+        for p in files:
+            d = hashlib.sha256()
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 24), b""):
+                    d.update(chunk)
+            h.update(str(p.relative_to(root)).encode() + b"\0" + d.digest())
+        _MODEL_SHA[stamp] = h.hexdigest()
+    return _MODEL_SHA[stamp]
 
 
 def cpu_model() -> str:

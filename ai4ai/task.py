@@ -99,6 +99,9 @@ class Task:
     scales: dict[str, ScaleBudget]
     deterministic: bool = False     # the shipped algorithm ignores --seed (e.g. magnitude pruning)
     artifacts: Artifacts | None = None
+    # A Hugging Face causal LM folder that replaces the repo's prepared model (task.model_path=...;
+    # ai4ai/models.py). None: the repo's own model, exactly as without the option.
+    model_path: str | None = None
 
     def scale(self, name: str) -> ScaleBudget:
         if name not in self.scales:
@@ -156,7 +159,7 @@ def load_task(name: str) -> Task:
 def parse_task(raw: Any, where: str) -> Task:
     d = _take(raw, where,
               {"name", "family", "description", "repo", "grader", "editable", "entry", "model", "metric", "scales"},
-              {"protected", "checkpoint_metadata", "data", "deterministic"})
+              {"protected", "checkpoint_metadata", "data", "deterministic", "model_path"})
     if not isinstance(d.get("deterministic", False), bool):
         raise TaskError(f"{where}: deterministic must be true or false, got {d['deterministic']!r}")
     ed = _take(d["editable"], f"{where}: editable", {"files"}, {"folder"})
@@ -192,6 +195,9 @@ def parse_task(raw: Any, where: str) -> Task:
             raise TaskError(f"{where}: scales.{s}.calibration_seeds needs at least 5 seeds")
         if set(scales[s].calibration_seeds) & set(scales[s].grader_seeds):
             raise TaskError(f"{where}: scales.{s}: calibration and grader seeds must be disjoint")
+    model_path = d.get("model_path")
+    if model_path is not None and (not isinstance(model_path, str) or not model_path.strip()):
+        raise TaskError(f"{where}: model_path must be a folder path (a string) or null, got {model_path!r}")
     if ":" not in d["model"]:
         raise TaskError(f"{where}: model must be 'module:function', got {d['model']!r}")
     return Task(
@@ -205,4 +211,5 @@ def parse_task(raw: Any, where: str) -> Task:
         prepare_writes=tuple(str(w) for w in data.get("writes") or ()),
         metric=Metric(**metric), scales=scales,
         deterministic=d.get("deterministic", False), artifacts=art,
+        model_path=model_path,
     )

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 import yaml
 
+from ai4ai.models import token_maps
+
 from . import tasks
 
 HERE = Path(__file__).resolve().parent
@@ -79,26 +81,28 @@ def generate(model: torch.nn.Module, texts: list[str], batch: int = 2048) -> lis
         for s in range(0, len(idx), batch):
             chunk = idx[s:s + batch]
             x = torch.tensor([encode(texts[i]) for i in chunk], dtype=torch.long, device=device)
-            gen = _greedy(model, x)
+            gen = _greedy(model, x, *token_maps(model, device))
             for i, row in zip(chunk, gen.cpu().tolist()):
                 outs[i] = decode(row)
     return outs
 
 
-def _greedy(model, prompts: torch.Tensor) -> torch.Tensor:
-    """Greedy continuation of equal-length prompts [B, P]: [B, SEQ_LEN - P], EOS after the first EOS."""
+def _greedy(model, prompts: torch.Tensor, to_model=lambda t: t, to_task=lambda t: t) -> torch.Tensor:
+    """Greedy continuation of equal-length prompts [B, P]: [B, SEQ_LEN - P], EOS after the first EOS.
+    Task token ids in and out; to_model/to_task translate for a model with a vocabulary of its own
+    (task.model_path, ai4ai.models.token_maps)."""
     B, P = prompts.shape
     steps = SEQ_LEN - P
     out = torch.zeros(B, steps, dtype=torch.long, device=prompts.device)
     done = torch.zeros(B, dtype=torch.bool, device=prompts.device)
-    res = model(input_ids=prompts, use_cache=True)
+    res = model(input_ids=to_model(prompts), use_cache=True)
     for t in range(steps):
         logits = res.logits[:, -1].double()
         logits = torch.nan_to_num(logits, nan=-math.inf)
         nxt = logits.argmax(-1)                                   # ties: lowest id (EOS first)
-        nxt = torch.where(done, torch.zeros_like(nxt), nxt)
-        out[:, t] = nxt
-        done |= nxt == EOS
+        nxt = torch.where(done, to_model(torch.zeros_like(nxt)), nxt)
+        out[:, t] = to_task(nxt)
+        done |= out[:, t] == EOS
         if bool(done.all()) or t == steps - 1:
             break
         res = model(input_ids=nxt[:, None], past_key_values=res.past_key_values, use_cache=True)

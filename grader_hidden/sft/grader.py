@@ -15,6 +15,8 @@ import numpy as np
 import torch
 import yaml
 
+from ai4ai.models import token_maps
+
 from . import problems as P
 
 HERE = Path(__file__).resolve().parent
@@ -52,20 +54,21 @@ def generate(model: torch.nn.Module, data: Split) -> list[str | None]:
     """Greedy completion of every prompt (until <eos> or SEQ_LEN), as text; None where a logit
     was not finite. Prompts of equal length are batched together, so no padding is needed."""
     device = next(model.parameters()).device
+    to_model, to_task = token_maps(model, device)
     out: list[str | None] = [None] * len(data.rows)
     for L in sorted(set(data.prompt_len.tolist())):
         rows = np.nonzero(data.prompt_len == L)[0]
         for i in range(0, len(rows), BATCH):
             idx = rows[i:i + BATCH]
-            x = torch.from_numpy(data.rows[idx, :L].astype(np.int64)).to(device)
+            x = to_model(torch.from_numpy(data.rows[idx, :L].astype(np.int64)).to(device))
             res = model(input_ids=x, use_cache=True)
             toks, finite, ended = [], torch.ones(len(idx), dtype=torch.bool, device=device), None
             for t in range(P.SEQ_LEN - L):
                 logits = res.logits[:, -1].float()
                 finite &= torch.isfinite(logits).all(-1)
                 nxt = torch.nan_to_num(logits, nan=0.0).argmax(-1, keepdim=True)
-                toks.append(nxt)
-                ended = (nxt[:, 0] == P.EOS) if ended is None else ended | (nxt[:, 0] == P.EOS)
+                toks.append(to_task(nxt))
+                ended = (toks[-1][:, 0] == P.EOS) if ended is None else ended | (toks[-1][:, 0] == P.EOS)
                 if t + 1 == P.SEQ_LEN - L or bool(ended.all()):
                     break
                 res = model(input_ids=nxt, cache=res.cache, use_cache=True)

@@ -11,9 +11,16 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from config import BYOM, TOKEN_IDS
 from model import build_model
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+
+def policy_path(scale: str) -> Path:
+    """The prepared policy: artifacts/policy_<scale>.safetensors, or byom/policy.safetensors (one for
+    every scale) with your own model."""
+    return BYOM / "policy.safetensors" if TOKEN_IDS is not None else ARTIFACTS / f"policy_{scale}.safetensors"
 
 
 def save_checkpoint(model: torch.nn.Module, out: str, step: int, keep_last: int = 3,
@@ -39,10 +46,10 @@ def save_checkpoint(model: torch.nn.Module, out: str, step: int, keep_last: int 
 def load_policy(scale: str) -> torch.nn.Module:
     """The prepared policy of `scale` (artifacts/policy_<scale>.safetensors, made by prepare.py),
     after checking its sha256 against artifacts/SHA256SUMS. It is the DPO reference."""
-    path = ARTIFACTS / f"policy_{scale}.safetensors"
+    path = policy_path(scale)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python prepare.py --scale {scale}`")
-    sums = dict(reversed(line.split()) for line in (ARTIFACTS / "SHA256SUMS").read_text().splitlines())
+    sums = dict(reversed(line.split()) for line in (path.parent / "SHA256SUMS").read_text().splitlines())
     if sums.get(path.name) != hashlib.sha256(path.read_bytes()).hexdigest():
         raise RuntimeError(f"{path}: checksum does not match artifacts/SHA256SUMS")
     model = build_model(scale)

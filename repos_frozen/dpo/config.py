@@ -1,6 +1,8 @@
 """Vocabulary, sequence length, per-scale model size and training budget. Protected."""
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 # Character-level vocabulary. Token 0 is PAD and end-of-answer (EOS).
 CHARS = " |>!.[]#*-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -23,8 +25,24 @@ def decode(ids) -> str:
         i = int(i)
         if i == EOS:
             break
-        out.append(CHARS[i - 1])
+        out.append(CHARS[i - 1] if TOKEN_IDS is None else _CHAR_OF.get(i, "\x00"))
     return "".join(out)
+
+
+# Your own model (README, "Your own model"): the harness writes byom/ with the model's config,
+# tokenizer and vocab.json, which gives the model's token for each task token: SYMBOLS[i] is
+# task token i (<eos>, also the padding, or one character), TOKEN_IDS[i] its id in the model's
+# vocabulary. The committed files keep the task ids; data.load_rows maps them through TOKEN_IDS.
+SYMBOLS = ["<eos>", *CHARS]
+BYOM = Path(__file__).resolve().parent / "byom"
+TOKEN_IDS = None
+if (BYOM / "vocab.json").exists():
+    _own = json.loads((BYOM / "vocab.json").read_text())
+    TOKEN_IDS = [int(i) for i in _own["token_ids"]]
+    VOCAB = int(_own["vocab_size"])
+    EOS = PAD = TOKEN_IDS[0]
+    _ID = {c: TOKEN_IDS[i] for c, i in _ID.items()}
+    _CHAR_OF = {TOKEN_IDS[i]: c for c, i in zip(CHARS, range(1, len(CHARS) + 1))}
 
 
 @dataclass(frozen=True)

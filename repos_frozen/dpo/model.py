@@ -1,16 +1,19 @@
 """The policy: a small GPT-2 over the character vocabulary, built from config, random init. Protected.
 
 The prepared policy (the DPO reference) is loaded by the training code from artifacts/ (see
-prepare.py and artifacts.py); build_model itself only builds the architecture.
+prepare.py and artifacts.py); build_model itself only builds the architecture. With your own model
+(byom/, see README) it is that model's architecture, built from byom/model/config.json.
 """
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
-from config import EOS, SEQ_LEN, VOCAB, get_scale
+from config import BYOM, EOS, SEQ_LEN, TOKEN_IDS, VOCAB, get_scale
 
 
 def build_model(scale: str) -> GPT2LMHeadModel:
     """GPT-2 for `scale`, fp32, input and output embeddings tied, no dropout."""
+    if TOKEN_IDS is not None:
+        return build_own_model()
     s = get_scale(scale)
     cfg = GPT2Config(
         vocab_size=VOCAB, n_positions=SEQ_LEN, n_embd=s.n_embd, n_layer=s.n_layer,
@@ -19,6 +22,15 @@ def build_model(scale: str) -> GPT2LMHeadModel:
         tie_word_embeddings=True,
     )
     return GPT2LMHeadModel(cfg).float()
+
+
+def build_own_model() -> torch.nn.Module:
+    """Your own model's architecture from its config (byom/model), fp32, random init, the same at
+    every scale. `task_token_ids` (task token -> model token) tells the grader how to talk to it."""
+    cfg = AutoConfig.from_pretrained(BYOM / "model", local_files_only=True)
+    model = AutoModelForCausalLM.from_config(cfg).float()
+    model.task_token_ids = list(TOKEN_IDS)
+    return model
 
 
 def token_logps(model: torch.nn.Module, seqs: torch.Tensor) -> torch.Tensor:

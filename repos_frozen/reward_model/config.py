@@ -1,12 +1,24 @@
 """Per-scale model size, pretraining and training budget. Protected: the grader reads the same file."""
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 # Characters: token 0 pad, 1 '|' (after the prompt), 2 '$' (end of the response), 3.. 'a'-'h'.
 CHARS = "_|$abcdefgh"
 VOCAB = len(CHARS)
 PAD, SEP, END = 0, 1, 2
 SEQ_LEN = 24        # every sequence: "prompt|response$" right-padded with token 0 to this length
+
+# Your own model (README, "Your own model"): the harness writes byom/ with the model's config,
+# tokenizer and vocab.json, which gives the model's token for each task token: SYMBOLS[i] is
+# task token i (<pad> or one character), TOKEN_IDS[i] its id in the model's vocabulary. Data and
+# the grader keep the task's ids; the reward model maps them at its input (model.RewardModel).
+SYMBOLS = ["<pad>", *CHARS[1:]]
+BYOM = Path(__file__).resolve().parent / "byom"
+TOKEN_IDS = None
+if (BYOM / "vocab.json").exists():
+    TOKEN_IDS = [int(i) for i in json.loads((BYOM / "vocab.json").read_text())["token_ids"]]
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,18 @@
 
 `build_model(scale)` builds the architecture from config.py with random init (the grader calls
 it too, then loads a checkpoint into it). The prepared base LM (artifacts/base_<scale>.safetensors,
-made by prepare.py) is loaded into the backbone by the training code with `load_base`.
+made by prepare.py) is loaded into the backbone by the training code with `load_base`. With your
+own model (byom/, see README) the backbone is that model's architecture without its LM head, built
+from byom/model/config.json, and its base weights are byom/base.safetensors.
 """
 import hashlib
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
+from transformers import AutoConfig, AutoModel, GPT2Config, GPT2LMHeadModel, GPT2Model
 
-from config import END, SEQ_LEN, VOCAB, get_scale
+from config import BYOM, END, SEQ_LEN, TOKEN_IDS, VOCAB, get_scale
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
@@ -29,20 +31,27 @@ def gpt2_config(scale: str) -> GPT2Config:
 class RewardModel(torch.nn.Module):
     """reward(prompt, response) = head(hidden state of the final '$' token): one float per sequence."""
 
-    def __init__(self, cfg: GPT2Config):
+    def __init__(self, cfg: GPT2Config, token_ids: list | None = None):
         super().__init__()
-        self.backbone = GPT2Model(cfg)
-        self.head = torch.nn.Linear(cfg.n_embd, 1)
+        self.backbone = GPT2Model(cfg) if token_ids is None else AutoModel.from_config(cfg)
+        self.head = torch.nn.Linear(cfg.hidden_size, 1)
+        if token_ids is None:
+            self.token_ids = None
+        else:           # your own model: task token -> its token (a buffer from pristine code, not saved)
+            self.register_buffer("token_ids", torch.tensor(token_ids, dtype=torch.int64), persistent=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, SEQ_LEN] int64 (each row has one END) -> rewards [B] fp32."""
-        h = self.backbone(input_ids=tokens).last_hidden_state             # [B, T, C]
+        ids = tokens if self.token_ids is None else self.token_ids[tokens]
+        h = self.backbone(input_ids=ids).last_hidden_state                # [B, T, C]
         last = (tokens == END).int().argmax(dim=1)                         # position of '$'
         return self.head(h[torch.arange(tokens.shape[0], device=tokens.device), last]).squeeze(-1).float()
 
 
 def build_model(scale: str) -> RewardModel:
-    """The reward model for `scale`, fp32, random init."""
+    """The reward model for `scale`, fp32, random init (your own model's: the same at every scale)."""
+    if TOKEN_IDS is not None:
+        return RewardModel(AutoConfig.from_pretrained(BYOM / "model", local_files_only=True), TOKEN_IDS).float()
     return RewardModel(gpt2_config(scale)).float()
 
 
@@ -52,7 +61,7 @@ def build_lm(scale: str) -> GPT2LMHeadModel:
 
 
 def base_path(scale: str) -> Path:
-    return ARTIFACTS / f"base_{scale}.safetensors"
+    return BYOM / "base.safetensors" if TOKEN_IDS is not None else ARTIFACTS / f"base_{scale}.safetensors"
 
 
 def load_base(model: RewardModel, scale: str) -> RewardModel:
@@ -60,7 +69,7 @@ def load_base(model: RewardModel, scale: str) -> RewardModel:
     path = base_path(scale)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python prepare.py --scale {scale}`")
-    sums = dict(reversed(line.split()) for line in (ARTIFACTS / "SHA256SUMS").read_text().splitlines())
+    sums = dict(reversed(line.split()) for line in (path.parent / "SHA256SUMS").read_text().splitlines())
     if sums.get(path.name) != hashlib.sha256(path.read_bytes()).hexdigest():
         raise RuntimeError(f"{path}: checksum does not match artifacts/SHA256SUMS")
     model.backbone.load_state_dict(load_file(str(path)), strict=True)

@@ -10,8 +10,10 @@ Values are 0-9A-Z (36); each operator `a`..`z` is a fixed permutation of the val
 "x op = y;" fact per value and operator, 936 in all; operators differ in frequency). The
 prepared base model learned the format and the common facts from data/pretrain.u8. Every sequence is padded with <pad> to SEQ_LEN.
 """
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 PAD, BOS, EOS = 0, 1, 2
 VALUES = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -38,6 +40,23 @@ def decode(ids) -> str:
             break
         out.append(ITOS.get(i, "_"))
     return "".join(out)
+
+
+# Your own model (README, "Your own model"): the harness writes byom/ with the model's config,
+# tokenizer and vocab.json, which gives the model's token for each task token: SYMBOLS[i] is
+# task token i (a special or one character), TOKEN_IDS[i] its id in the model's vocabulary. The
+# committed splits keep the task ids; data.load_sequences maps them through TOKEN_IDS.
+SYMBOLS = ["<pad>", "<bos>", "<eos>", *CHARS]
+BYOM = Path(__file__).resolve().parent / "byom"
+TOKEN_IDS = None
+if (BYOM / "vocab.json").exists():
+    _own = json.loads((BYOM / "vocab.json").read_text())
+    TOKEN_IDS = [int(i) for i in _own["token_ids"]]
+    VOCAB = int(_own["vocab_size"])
+    PAD, BOS, EOS = TOKEN_IDS[:3]
+    STOI = {c: TOKEN_IDS[i] for c, i in STOI.items()}
+    ITOS = {TOKEN_IDS[i]: c for i, c in ITOS.items()}
+    PROMPT_END, ANSWER_MARK = STOI[":"], STOI[">"]
 
 
 @dataclass(frozen=True)

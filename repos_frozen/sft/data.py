@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from config import PAD, PROMPT_END, SEQ_LEN, get_scale
+from config import PAD, PROMPT_END, SEQ_LEN, TOKEN_IDS, get_scale
 
 REPO = Path(__file__).resolve().parent
 
@@ -47,7 +47,12 @@ def load_sequences(name: str) -> torch.Tensor:
     if expected is None or hashlib.sha256(raw).hexdigest() != expected:
         raise RuntimeError(f"{path}: checksum does not match data/SHA256SUMS")
     arr = np.frombuffer(raw, dtype=np.uint8).reshape(-1, SEQ_LEN)
-    return torch.from_numpy(arr.astype(np.int64))
+    return to_model_tokens(torch.from_numpy(arr.astype(np.int64)))
+
+
+def to_model_tokens(tokens: torch.Tensor) -> torch.Tensor:
+    """Task token ids -> the model's: unchanged for the repo's GPT, through config.TOKEN_IDS for your own."""
+    return tokens if TOKEN_IDS is None else torch.tensor(TOKEN_IDS, dtype=torch.int64)[tokens]
 
 
 def prompt_lengths(tokens: torch.Tensor) -> torch.Tensor:

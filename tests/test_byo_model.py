@@ -1,0 +1,169 @@
+"""Bring your own model (task.model_path): tiny saved models of two architectures through the real
+loading code, and the folder errors that must stop a run before anything starts.
+
+The graded runs (slow) compose a real `grade` config with task.model_path, calibrate the anchors of
+that model at ci (prepare, 5 calibration seeds of the shipped algorithm, the 0 and 1.0 anchors) and
+grade the shipped algorithm on the grader seed, exactly as `python -m ai4ai.grade` does (context.task_from_cfg
+calls ai4ai.models.with_model; `hooked` shrinks the task first).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ai4ai import PROJECT_ROOT, context, models, pipeline
+from ai4ai.list import own_model_lines
+from ai4ai.provenance import model_sha256, task_version
+from ai4ai.task import load_task
+
+from .own_models import save_model
+
+DONE = ["sft", "dpo", "reward_model"]
+# Hidden split sizes of the graded runs here (the CPU cost of a run is mostly its greedy evaluations)
+SHRUNK = {"selection": 128, "test": 512, "validation": 128}
+# ... and of the prepare steps that train (old line -> new line of the repo's prepare.py)
+SHRUNK_PREPARE = {"dpo": ("OWN_STEPS, OWN_LR = 1000, 3e-4", "OWN_STEPS, OWN_LR = 800, 3e-3")}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """The tiny models, made once: llama and gpt2 (Llama- and GPT-2-class), and broken folders."""
+    root = tmp_path_factory.mktemp("own_models")
+    out = {arch: save_model(root / arch, arch) for arch in ("llama", "gpt2")}
+    out["digits"] = save_model(root / "digits", "llama", tokenizer="digits")
+    out["no_tokenizer"] = root / "no_tokenizer"
+    shutil.copytree(out["gpt2"], out["no_tokenizer"],
+                    ignore=shutil.ignore_patterns("tokenizer*", "special_tokens_map.json", "vocab.json", "merges.txt"))
+    return out
+
+
+@pytest.fixture
+def hooked(monkeypatch, tmp_path):
+    """The pipeline's model hook (context.task_from_cfg calls models.with_model) on a shrunk task: derived repos cached under tmp_path, and the task's anchors,
+    calibration records and model registry written to a copy of its hidden grader under tmp_path
+    instead of grader_hidden/, at the shrunk size: hidden splits of SHRUNK and, where a prepare
+    step trains, the shorter one of SHRUNK_PREPARE (in a copy of the frozen repo). Returns the
+    function that makes a task so (the test's own look-ups use it too)."""
+    monkeypatch.setattr(models, "CACHE_ROOT", tmp_path / "own_models_cache")
+    made: dict = {}
+
+    def adjust(task):
+        if task.name not in made:
+            grader, repo = tmp_path / "grader" / task.name, task.repo
+            shutil.copytree(task.grader, grader,
+                            ignore=shutil.ignore_patterns("anchors.yaml", "calibration", "models.yaml", "__pycache__"))
+            with open(grader / "grader.py", "a") as f:
+                f.write(f"\nSPLITS = {{k: min(n, {SHRUNK}.get(k, n)) for k, n in SPLITS.items()}}\n")
+            if task.name in SHRUNK_PREPARE:
+                repo = tmp_path / "repo" / task.name
+                shutil.copytree(task.repo, repo, ignore=shutil.ignore_patterns("__pycache__"))
+                old, new = SHRUNK_PREPARE[task.name]
+                text = (repo / "prepare.py").read_text()
+                assert old in text
+                (repo / "prepare.py").write_text(text.replace(old, new))
+            made[task.name] = dict(grader=grader, repo=repo)
+        return replace(task, **made[task.name])
+
+    # context.task_from_cfg points a task with model_path at its derived repo (models.with_model);
+    # here the task is shrunk first, as above
+    monkeypatch.setattr(context, "with_model", lambda task: models.with_model(adjust(task)))
+    return adjust
+
+
+def _graded_run(compose_cfg, tmp_path, task_name: str, model: Path) -> dict:
+    cfg = compose_cfg("grade", [f"task={task_name}", "scale=ci", f"task.model_path={model}"])
+    run_dir = tmp_path / "run"
+    pipeline.grade(cfg, run_dir)
+    return json.loads((run_dir / "result.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("task_name", DONE)
+def test_graded_run_on_a_saved_model(task_name, arch, saved, hooked, compose_cfg, tmp_path):
+    r = _graded_run(compose_cfg, tmp_path, task_name, saved[arch])
+    assert r["status"] == "graded", r["reason"]
+    seed = r["checkpoints"]["per_seed"][0]
+    assert len(seed["candidates"]) == 3 and all(c["valid"] for c in seed["candidates"]), seed["candidates"]
+    # anchors were calibrated for this model: keyed by a task version that folds in its content
+    own = models.with_model(hooked(replace(load_task(task_name), model_path=str(saved[arch]))))
+    key = r["anchors"]["provenance"]["key"]
+    assert key["task_version"] == task_version(own)
+    assert key["task_version"] != task_version(hooked(load_task(task_name)))
+    records = yaml.safe_load((own.grader / "anchors.yaml").read_text())["records"]
+    assert [x["key"]["task_version"] for x in records] == [key["task_version"]]
+    assert records[0]["anchors"]["baseline"] == pytest.approx(r["anchors"]["baseline"])
+    # the derived repo trains that model: its architecture, its size, its tokenizer's ids
+    meta = json.loads((own.repo / "byom" / "model" / "config.json").read_text())
+    assert meta["architectures"] == [{"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel"}[arch]]
+    n = own.scale("ci").n_params
+    assert n != load_task(task_name).scale("ci").n_params
+    assert f"parameters: {n:,}" in (own.repo / "README.md").read_text()
+    reg = models.registered(own)[key["task_version"]]
+    assert reg["model_sha256"] == model_sha256(saved[arch]) and reg["n_params"] == n
+    # python -m ai4ai.list shows the model under its task, with the anchors just calibrated
+    lines = own_model_lines(hooked(load_task(task_name)), records)
+    assert any(str(saved[arch].resolve()) in ln and f"anchors: ci@{key['device_class']}" in ln for ln in lines), lines
+    assert 0.0 <= r["score"] <= 1.0
+
+
+@pytest.mark.parametrize("task_name", DONE)
+@pytest.mark.parametrize("case, says", [
+    ("missing", "no such folder; expected a Hugging Face model folder"),
+    ("no_tokenizer", "no tokenizer in the folder"),
+    ("digits", "its vocabulary cannot encode the task's characters"),
+])
+def test_bad_model_folder_is_one_line_before_anything_starts(task_name, case, says, saved, hooked, compose_cfg,
+                                                             tmp_path, capsys):
+    path = saved.get(case, tmp_path / "no_such_model")
+    cfg = compose_cfg("grade", [f"task={task_name}", "scale=ci", f"task.model_path={path}"])
+    with pytest.raises(SystemExit) as e:
+        pipeline.grade(cfg, tmp_path / "run")
+    assert e.value.code == 2
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(f"ai4ai: task.model_path={path}: ") and says in out[0], out
+    assert not (tmp_path / "run").exists() and not models.CACHE_ROOT.exists()    # nothing started
+
+
+def test_default_path_is_untouched():
+    """No model_path: the task, its version and its repo are the frozen ones (anchors still match)."""
+    for name in DONE:
+        t = load_task(name)
+        assert t.model_path is None and models.with_model(t) is t
+        assert "model_path" in yaml.safe_load((PROJECT_ROOT / "conf" / "task" / f"{name}.yaml").read_text())
+
+
+def test_task_version_folds_in_the_model_content(saved, tmp_path):
+    t = load_task("sft")
+    a, b = replace(t, model_path=str(saved["llama"])), replace(t, model_path=str(saved["gpt2"]))
+    assert len({task_version(t), task_version(a), task_version(b)}) == 3
+    moved = tmp_path / "moved"
+    shutil.copytree(saved["llama"], moved)
+    assert task_version(replace(t, model_path=str(moved))) == task_version(a)    # content, not path
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_task_text_is_encoded_with_the_models_tokenizer(arch, saved):
+    """The token table of check_model_path: the sft training rows, mapped through it, decode with the
+    model's own tokenizer to the text the repo's character vocabulary reads."""
+    import numpy as np
+    from transformers import AutoTokenizer
+    task = replace(load_task("sft"), model_path=str(saved[arch]))
+    info = models.check_model_path(task)
+    tok = AutoTokenizer.from_pretrained(saved[arch], local_files_only=True)
+    pad, bos, eos = info.token_ids[:3]
+    assert eos == tok.eos_token_id and bos == (tok.bos_token_id if arch == "llama" else tok.eos_token_id)
+    assert pad not in info.token_ids[3:] and pad not in (bos, eos)
+    chars = info.symbols[3:]
+    assert len(set(info.token_ids[3:])) == len(chars)
+    rows = np.frombuffer((task.repo / "data" / "train_ci.u8").read_bytes(), np.uint8).reshape(-1, 64)[:50]
+    table = np.array(info.token_ids)
+    for row in rows:
+        text = "".join(info.symbols[i] for i in row if i >= 3)
+        ids = [int(t) for t in table[row] if t not in (pad, bos, eos)]
+        assert tok.decode(ids) == text
