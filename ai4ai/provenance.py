@@ -46,9 +46,10 @@ def benchmark_version() -> str:
     return h.hexdigest()[:16]
 
 
-# Task-config keys that cannot change a grading of the shipped algorithm: the prose, and the patch
-# filter's allowance basis (it decides which submissions are accepted, not what the anchors measure).
-UNMEASURED_KEYS = ("description",)
+# Task-config keys that cannot change a grading of the shipped algorithm: the prose, the patch
+# filter's allowance basis (it decides which submissions are accepted, not what the anchors measure)
+# and the tuning sweep (patches check_task grades beside the shipped recipe).
+UNMEASURED_KEYS = ("description", "tuning")
 UNMEASURED_SCALE_KEYS = ("n_params",)
 
 

@@ -4,6 +4,7 @@ Tasks are discovered by file; there is no central list. Unknown keys are errors.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,9 @@ class Task:
     metric: Metric
     scales: dict[str, ScaleBudget]
     deterministic: bool = False     # the shipped algorithm ignores --seed (e.g. magnitude pruning)
+    # check_task tuning=true: points of a sweep of the shipped recipe, each a tuple of
+    # (constant of the entry script, new value) pairs (ai4ai/tuning.py builds and grades them)
+    tuning: tuple = ()
 
     def scale(self, name: str) -> ScaleBudget:
         if name not in self.scales:
@@ -103,7 +107,7 @@ def load_task(name: str) -> Task:
 def parse_task(raw: Any, where: str) -> Task:
     d = _take(raw, where,
               {"name", "family", "description", "repo", "grader", "editable", "entry", "model", "metric", "scales"},
-              {"protected", "checkpoint_metadata", "data", "deterministic"})
+              {"protected", "checkpoint_metadata", "data", "deterministic", "tuning"})
     if not isinstance(d.get("deterministic", False), bool):
         raise TaskError(f"{where}: deterministic must be true or false, got {d['deterministic']!r}")
     ed = _take(d["editable"], f"{where}: editable", {"files"}, {"folder"})
@@ -140,5 +144,41 @@ def parse_task(raw: Any, where: str) -> Task:
         data_checksums=data.get("checksums"), validation_files=tuple(data.get("validation") or ()),
         prepare=data.get("prepare"), data_env=data.get("env"),
         metric=Metric(**metric), scales=scales,
-        deterministic=d.get("deterministic", False),
+        deterministic=d.get("deterministic", False), tuning=parse_tuning(d.get("tuning"), where),
     )
+
+
+_CONSTANT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SCALAR = (bool, int, float, str)
+
+
+def parse_tuning(raw: Any, where: str) -> tuple:
+    """The `tuning:` block: a list of points, each a mapping {CONSTANT: value} of the entry script's
+    module-level constants; values are numbers, booleans, strings or lists of those (tuples in code)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise TaskError(f"{where}: tuning must be a list of points, each a mapping {{CONSTANT: value}}, "
+                        f"got {type(raw).__name__}")
+    points, seen = [], set()
+    for i, pt in enumerate(raw):
+        at = f"{where}: tuning[{i}]"
+        if not isinstance(pt, dict) or not pt:
+            raise TaskError(f"{at}: a point is a non-empty mapping {{CONSTANT: value}} of train.py's constants, "
+                            f"got {pt!r}")
+        items = []
+        for name, value in pt.items():
+            if not isinstance(name, str) or not _CONSTANT.match(name):
+                raise TaskError(f"{at}: {name!r} is not a Python name of a constant")
+            if isinstance(value, list) and value and all(isinstance(v, _SCALAR) for v in value):
+                value = tuple(value)
+            elif not isinstance(value, _SCALAR):
+                raise TaskError(f"{at}: {name} = {value!r}: a value is a number, boolean, string or a "
+                                f"non-empty list of those")
+            items.append((name, value))
+        key = tuple(sorted(items, key=lambda kv: kv[0]))
+        if key in seen:
+            raise TaskError(f"{at}: the same point appears twice")
+        seen.add(key)
+        points.append(tuple(items))
+    return tuple(points)
