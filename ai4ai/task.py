@@ -64,8 +64,9 @@ class Task:
     scales: dict[str, ScaleBudget]
     deterministic: bool = False     # the shipped algorithm ignores --seed (e.g. magnitude pruning)
     # check_task tuning=true: points of a sweep of the shipped recipe, each a tuple of
-    # (constant of the entry script, new value) pairs (ai4ai/tuning.py builds and grades them)
-    tuning: tuple = ()
+    # ("[file.py:]CONSTANT", new value) pairs (ai4ai/tuning.py builds and grades them);
+    # None: the config declares no sweep; (): it declares that nothing is to be tuned
+    tuning: tuple | None = None
 
     def scale(self, name: str) -> ScaleBudget:
         if name not in self.scales:
@@ -148,15 +149,16 @@ def parse_task(raw: Any, where: str) -> Task:
     )
 
 
-_CONSTANT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CONSTANT = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_./-]*\.py:)?[A-Za-z_][A-Za-z0-9_]*$")
 _SCALAR = (bool, int, float, str)
 
 
-def parse_tuning(raw: Any, where: str) -> tuple:
-    """The `tuning:` block: a list of points, each a mapping {CONSTANT: value} of the entry script's
-    module-level constants; values are numbers, booleans, strings or lists of those (tuples in code)."""
+def parse_tuning(raw: Any, where: str) -> tuple | None:
+    """The `tuning:` block: a list of points, each a mapping {CONSTANT: value} of module-level
+    constants of the entry script (or `file.py:CONSTANT` of another editable file); values are
+    numbers, booleans, strings or lists of those (tuples in code). An empty list: nothing to tune."""
     if raw is None:
-        return ()
+        return None
     if not isinstance(raw, list):
         raise TaskError(f"{where}: tuning must be a list of points, each a mapping {{CONSTANT: value}}, "
                         f"got {type(raw).__name__}")
@@ -169,7 +171,7 @@ def parse_tuning(raw: Any, where: str) -> tuple:
         items = []
         for name, value in pt.items():
             if not isinstance(name, str) or not _CONSTANT.match(name):
-                raise TaskError(f"{at}: {name!r} is not a Python name of a constant")
+                raise TaskError(f"{at}: {name!r} is not a constant's name (CONSTANT, or file.py:CONSTANT)")
             if isinstance(value, list) and value and all(isinstance(v, _SCALAR) for v in value):
                 value = tuple(value)
             elif not isinstance(value, _SCALAR):

@@ -114,10 +114,20 @@ def patch_source(source: str, point: tuple, where: str = "train.py") -> str:
 
 
 def point_patch(task: Task, point: tuple) -> str:
-    """The unified diff (against the pristine repo) of one point; empty when it is the shipped recipe."""
+    """The unified diff (against the pristine repo) of one point; empty when it is the shipped recipe.
+    A name `file.py:CONSTANT` tunes a constant of another editable file than the entry script."""
     script = entry_script(task)
-    old = (task.repo / script).read_text()
-    return unified_diff(script, old, patch_source(old, point, script))
+    by_file: dict[str, list] = {}
+    for name, value in point:
+        rel, _, const = name.rpartition(":")
+        by_file.setdefault(rel or script, []).append((const, value))
+    diffs = []
+    for rel, items in sorted(by_file.items()):
+        if not task.is_editable(rel) or not (task.repo / rel).is_file():
+            raise TaskError(f"tuning point {label(point)}: {rel} is not an editable file of {task.name}'s repo")
+        old = (task.repo / rel).read_text()
+        diffs.append(unified_diff(rel, old, patch_source(old, tuple(items), rel)))
+    return "".join(diffs)
 
 
 # --------------------------------------------------------------------------- grading the sweep
@@ -165,8 +175,11 @@ def tuning_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) -> li
     """Grade every point of the task's sweep at cfg's scale; one check per point. Returns the rows."""
     ctx = context(cfg, run_dir)
     task = ctx.task                      # the composed config: a sweep may be given on the command line
-    if not rep.check(bool(task.tuning), "the task config declares a tuning sweep",
+    if not rep.check(task.tuning is not None, "the task config declares a tuning sweep",
                      "add a tuning: block to conf/task/<task>.yaml (points of train.py's main constants)"):
+        return []
+    if not task.tuning:
+        rep.warn("tuning sweep", "the task config declares an empty sweep (the shipped recipe has nothing to tune)")
         return []
     try:
         patches = [point_patch(task, pt) for pt in task.tuning]   # every point builds before any grading

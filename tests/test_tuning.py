@@ -60,6 +60,18 @@ def test_patch_keeps_other_bytes_of_odd_sources():
                    "def f():\n    STEPS = 3\n    return STEPS\n")
 
 
+def test_a_point_may_name_a_constant_of_another_editable_file():
+    task = load_task("optimizer")        # its learning rate lives in optim.py
+    patch = point_patch(task, (("optim.py:LR", 1.5e-3), ("BATCH_SIZE", 48)))
+    sub = from_patch(task, task.repo, patch, scale="smoke")
+    assert not sub.rejected and sorted(sub.files) == ["optim.py", "train.py"]
+    for rel, name, value in (("optim.py", "LR", 1.5e-3), ("train.py", "BATCH_SIZE", 48)):
+        old = (task.repo / rel).read_text()
+        assert sub.files[rel] == patch_source(old, ((name, value),), rel) != old
+    with pytest.raises(TaskError, match="model.py is not an editable file"):
+        point_patch(task, (("model.py:N_LAYER", 2),))
+
+
 def test_a_point_at_the_shipped_values_is_an_empty_patch():
     task = load_task("sft")
     tree = ast.parse((task.repo / "train.py").read_text())
@@ -73,7 +85,7 @@ def test_a_point_at_the_shipped_values_is_an_empty_patch():
     ({"LR": 1.0e-3}, "tuning must be a list of points"),
     ([{}], r"tuning\[0\]: a point is a non-empty mapping"),
     (["LR=1e-3"], r"tuning\[0\]: a point is a non-empty mapping"),
-    ([{"LR": 1.0e-3}, {"not a name": 3}], r"tuning\[1\]: 'not a name' is not a Python name"),
+    ([{"LR": 1.0e-3}, {"not a name": 3}], r"tuning\[1\]: 'not a name' is not a constant's name"),
     ([{"LR": {"x": 2}}], "a value is a number, boolean, string"),
     ([{"BETAS": []}], "a value is a number, boolean, string"),
     ([{"LR": 1.0e-3, "BATCH_SIZE": 8}, {"BATCH_SIZE": 8, "LR": 1.0e-3}], r"tuning\[1\]: the same point appears twice"),
