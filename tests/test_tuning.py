@@ -11,7 +11,7 @@ from ai4ai import anchors as anchor_store
 from ai4ai.context import context
 from ai4ai.task_checks import EXAMPLE_MARGIN, Report
 from ai4ai.submission import from_patch, parse_patch
-from ai4ai.task import TaskError, load_task, parse_task
+from ai4ai.task import TaskError, list_tasks, load_task, parse_task
 from ai4ai.tuning import noise_sigma, patch_source, point_patch, tuning_checks
 
 RAW = yaml.safe_load((PROJECT_ROOT / "conf" / "task" / "sft.yaml").read_text())
@@ -110,15 +110,24 @@ def test_a_point_that_does_not_fit_the_script_is_refused_with_a_reason(point, ms
         patch_source(src, point)
 
 
-def test_the_shipped_config_declares_a_sweep_that_builds():
-    task = load_task("sft")
-    assert len(task.tuning) >= 3
+@pytest.mark.parametrize("name", list_tasks())
+def test_every_task_declares_a_sweep_that_builds(name):
+    task = load_task(name)
+    assert task.tuning is not None, f"conf/task/{name}.yaml declares no tuning: block"
     patches = [point_patch(task, pt) for pt in task.tuning]          # a point that does not fit raises
     assert sum(not p for p in patches) <= 1                           # at most one is the shipped recipe
     for pt, patch in zip(task.tuning, patches):
         if patch:
-            assert [(o, n) for o, n, _ in parse_patch(patch)] == [("train.py", "train.py")], pt
+            files = {n for _, n, _ in parse_patch(patch)}
+            assert files and all(task.is_editable(f) for f in files), pt
             assert not from_patch(task, task.repo, patch, scale="smoke").rejected, pt
+
+
+def test_an_empty_sweep_warns_and_grades_nothing(compose_cfg, tmp_path):
+    cfg = compose_cfg("check_task", ["task=pruning", "scale=ci", "stats=false", "tuning=true"])
+    rep = Report(lines=[])
+    assert tuning_checks(cfg, load_task("pruning"), rep, tmp_path / "run") == []
+    assert [line[0] for line in rep.lines] == ["PASS", "WARN"] and not (tmp_path / "run" / "tuning").exists()
 
 
 @pytest.mark.slow
