@@ -1,8 +1,8 @@
 """`check_task tuning=true`: is the shipped recipe tuned? Grade a sweep of its hyperparameters.
 
 A task's config declares the sweep (`tuning:`, a list of points, each {CONSTANT: value} of the
-entry script's module-level constants). Each point becomes a patch of that script changing those
-constants and nothing else, graded like an example (the grader seeds, the same anchors and noise
+entry script's module-level constants, or {file.py:CONSTANT: value} of another editable file).
+Each point becomes a patch changing those constants and nothing else, graded like an example (the grader seeds, the same anchors and noise
 floor). A point that clears 0.1 by more than EXAMPLE_MARGIN x the noise fails the check: tuning
 alone beats the shipped recipe, so the task would measure tuning, not algorithms (TASKS.md:
 honest baselines). The fix is to ship the best point as the default and recalibrate.
@@ -98,7 +98,7 @@ def patch_source(source: str, point: tuple, where: str = "train.py") -> str:
             raise TaskError(f"tuning point {label(point)}: {name} is {type(old).__name__} {old!r} in {where}, "
                             f"the point gives {type(new).__name__} {new!r} (in YAML write floats with a dot: "
                             "1.0e-3, not 1e-3)")
-        if old == new and type(old) is type(new if not isinstance(old, float) else float(new)):
+        if _render(old, new) == _render(old, old):
             continue                     # the shipped value: its text stays as written (2e-3, not 0.002)
         edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, _render(old, new)))
     # AST columns are UTF-8 byte offsets: edit the bytes, from the end so earlier offsets hold
