@@ -1,6 +1,6 @@
 """Validate a task against the contract; at `smoke`, run every statistical check of DESIGN.md.
 
-    python -m ai4ai.check_task task=optimizer [stats=false] [scale=smoke] [calibrate=true]
+    python -m ai4ai.check_task task=optimizer [stats=false] [scale=smoke] [calibrate=true] [tuning=true]
 
 Prints one line per check (PASS / FAIL / WARN with what to fix) and exits 1 on any FAIL
 (task_checks.py is the library).

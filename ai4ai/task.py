@@ -4,6 +4,7 @@ Tasks are discovered by file; there is no central list. Unknown keys are errors.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,10 @@ class Task:
     # A Hugging Face causal LM folder that replaces the repo's prepared model (task.model_path=...;
     # ai4ai/models.py). None: the repo's own model, exactly as without the option.
     model_path: str | None = None
+    # check_task tuning=true: points of a sweep of the shipped recipe, each a tuple of
+    # ("[file.py:]CONSTANT", new value) pairs (ai4ai/tuning.py builds and grades them);
+    # None: the config declares no sweep; (): it declares that nothing is to be tuned
+    tuning: tuple | None = None
 
     def scale(self, name: str) -> ScaleBudget:
         if name not in self.scales:
@@ -159,7 +164,7 @@ def load_task(name: str) -> Task:
 def parse_task(raw: Any, where: str) -> Task:
     d = _take(raw, where,
               {"name", "family", "description", "repo", "grader", "editable", "entry", "model", "metric", "scales"},
-              {"protected", "checkpoint_metadata", "data", "deterministic", "model_path"})
+              {"protected", "checkpoint_metadata", "data", "deterministic", "model_path", "tuning"})
     if not isinstance(d.get("deterministic", False), bool):
         raise TaskError(f"{where}: deterministic must be true or false, got {d['deterministic']!r}")
     ed = _take(d["editable"], f"{where}: editable", {"files"}, {"folder"})
@@ -211,5 +216,42 @@ def parse_task(raw: Any, where: str) -> Task:
         prepare_writes=tuple(str(w) for w in data.get("writes") or ()),
         metric=Metric(**metric), scales=scales,
         deterministic=d.get("deterministic", False), artifacts=art,
-        model_path=model_path,
+        model_path=model_path, tuning=parse_tuning(d.get("tuning"), where),
     )
+
+
+_CONSTANT = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_./-]*\.py:)?[A-Za-z_][A-Za-z0-9_]*$")
+_SCALAR = (bool, int, float, str)
+
+
+def parse_tuning(raw: Any, where: str) -> tuple | None:
+    """The `tuning:` block: a list of points, each a mapping {CONSTANT: value} of module-level
+    constants of the entry script (or `file.py:CONSTANT` of another editable file); values are
+    numbers, booleans, strings or lists of those (tuples in code). An empty list: nothing to tune."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise TaskError(f"{where}: tuning must be a list of points, each a mapping {{CONSTANT: value}}, "
+                        f"got {type(raw).__name__}")
+    points, seen = [], set()
+    for i, pt in enumerate(raw):
+        at = f"{where}: tuning[{i}]"
+        if not isinstance(pt, dict) or not pt:
+            raise TaskError(f"{at}: a point is a non-empty mapping {{CONSTANT: value}} of train.py's constants, "
+                            f"got {pt!r}")
+        items = []
+        for name, value in pt.items():
+            if not isinstance(name, str) or not _CONSTANT.match(name):
+                raise TaskError(f"{at}: {name!r} is not a constant's name (CONSTANT, or file.py:CONSTANT)")
+            if isinstance(value, list) and value and all(isinstance(v, _SCALAR) for v in value):
+                value = tuple(value)
+            elif not isinstance(value, _SCALAR):
+                raise TaskError(f"{at}: {name} = {value!r}: a value is a number, boolean, string or a "
+                                f"non-empty list of those")
+            items.append((name, value))
+        key = tuple(sorted(items, key=lambda kv: kv[0]))
+        if key in seen:
+            raise TaskError(f"{at}: the same point appears twice")
+        seen.add(key)
+        points.append(tuple(items))
+    return tuple(points)

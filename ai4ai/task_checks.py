@@ -187,10 +187,15 @@ def check(cfg: DictConfig, run_dir: Path) -> int:
     rep = Report(lines=[])
     print(f"check_task {task.name}: contract")
     contract_checks(task, rep)
+    contract_ok = rep.failed == 0
     if cfg.stats and rep.failed == 0:
         print(f"check_task {task.name}: statistics at {cfg.scale.name}")
         statistical_checks(cfg, task, rep, run_dir)
     elif cfg.stats:
         print("statistical checks skipped: fix the contract failures first")
+    if cfg.get("tuning") and contract_ok:      # the shipped recipe's own sweep (ai4ai/tuning.py)
+        from .tuning import tuning_checks
+        print(f"check_task {task.name}: tuning sweep at {cfg.scale.name}")
+        tuning_checks(cfg, task, rep, run_dir)
     print(f"check_task {task.name}: {'OK' if rep.failed == 0 else f'{rep.failed} check(s) failed'}")
     return 1 if rep.failed else 0
