@@ -13,11 +13,12 @@ from omegaconf import DictConfig
 from . import CONF_DIR
 from .entry import hydra_run_dir
 from .task_checks import check
+from .tuning import tuning_checks
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="check_task")
 def main(cfg: DictConfig) -> None:
-    sys.exit(check(cfg, hydra_run_dir()))
+    sys.exit(check(cfg, hydra_run_dir(), tuning=tuning_checks))
 
 
 if __name__ == "__main__":

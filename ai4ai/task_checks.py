@@ -178,7 +178,9 @@ def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) 
               "not discriminate algorithms above its noise")
 
 
-def check(cfg: DictConfig, run_dir: Path) -> int:
+def check(cfg: DictConfig, run_dir: Path, tuning=None) -> int:
+    """Every check of a task; `tuning(cfg, task, rep, run_dir)` (tuning.tuning_checks, which builds on
+    this module) runs the shipped recipe's own sweep when cfg.tuning is set."""
     try:
         task = load_task(cfg.task.name)
     except TaskError as e:
@@ -194,8 +196,9 @@ def check(cfg: DictConfig, run_dir: Path) -> int:
     elif cfg.stats:
         print("statistical checks skipped: fix the contract failures first")
     if cfg.get("tuning") and contract_ok:      # the shipped recipe's own sweep (ai4ai/tuning.py)
-        from .tuning import tuning_checks
+        if tuning is None:
+            raise ValueError("tuning=true needs the sweep's checks (check_task passes tuning.tuning_checks)")
         print(f"check_task {task.name}: tuning sweep at {cfg.scale.name}")
-        tuning_checks(cfg, task, rep, run_dir)
+        tuning(cfg, task, rep, run_dir)
     print(f"check_task {task.name}: {'OK' if rep.failed == 0 else f'{rep.failed} check(s) failed'}")
     return 1 if rep.failed else 0

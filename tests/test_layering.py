@@ -25,7 +25,7 @@ LAYERS = [
     "ai4ai.agents.patch", "ai4ai.agents.claude", "ai4ai.agents.codex",
     # a run: context -> train one seed -> grade seeds -> anchors (calibrate) -> proxy -> pipeline
     "ai4ai.context", "ai4ai.training", "ai4ai.grading", "ai4ai.anchors", "ai4ai.proxy",
-    "ai4ai.task_checks", "ai4ai.reporting", "ai4ai.auditing", "ai4ai.pipeline",
+    "ai4ai.task_checks", "ai4ai.tuning", "ai4ai.reporting", "ai4ai.auditing", "ai4ai.pipeline",
     # commands: argument mapping only; nothing imports them
     "ai4ai.entry", "ai4ai.run", "ai4ai.grade", "ai4ai.calibrate", "ai4ai.check_task", "ai4ai.audit",
     "ai4ai.report", "ai4ai.list", "ai4ai.prepare",
