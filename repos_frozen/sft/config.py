@@ -71,10 +71,11 @@ class Scale:
 SCALES = {
     "ci": Scale(n_layer=2, n_embd=64, n_head=4, budget_examples=4_096, pretrain_steps=1_000),
     "smoke": Scale(n_layer=2, n_embd=64, n_head=4, budget_examples=24_576, pretrain_steps=1_000),
-    # full, one H200 (estimate; README "Full scale"): 10.7M params, 4,194,304 examples (one pass) =
-    # 268M tokens, 262,144 steps of 16 (train.py's BATCH_SIZE); 6*N*D = 1.7e16 FLOPs (1 min at 30% MFU),
-    # dispatch-bound at ~8.5 ms a step: ~37 min. prepare.py's 20,000 pretraining steps: ~3 min.
-    "full": Scale(n_layer=6, n_embd=384, n_head=6, budget_examples=4_194_304, pretrain_steps=20_000),
+    # full, one H200 (estimate; README "Full scale"): 10.7M params, 1,048,576 examples (a quarter of the
+    # grader's 4,194,304-example split) = 67M tokens, 262,144 steps of 4 (train.py's BATCH_SIZE, the
+    # smoke sweep's choice); 6*N*D = 4.3e15 FLOPs (seconds at 30% MFU), dispatch-bound at ~8.5 ms a
+    # step: ~37 min. prepare.py's 20,000 pretraining steps: ~3 min.
+    "full": Scale(n_layer=6, n_embd=384, n_head=6, budget_examples=1_048_576, pretrain_steps=20_000),
 }
 
 
