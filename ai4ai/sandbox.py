@@ -283,6 +283,18 @@ def inside_path(host: str) -> str:
     return host
 
 
+def _inside_search_path(value: str) -> str:
+    """A PATH as a bwrap phase should see it: the interpreter's folders where they are bound, and no
+    folder of the project (an activated venv inside the checkout puts its host path there)."""
+    out = []
+    for d in value.split(os.pathsep):
+        inside = inside_path(d)
+        if not d or (inside == d and _under(Path(d), PROJECT_ROOT)) or inside in out:
+            continue
+        out.append(inside)
+    return os.pathsep.join(out)
+
+
 def _set_subreaper() -> None:
     # Orphans of a phase (double forks, setsid daemons) reparent to us, so we can end them.
     try:
@@ -320,8 +332,8 @@ class Sandbox:
         home = self.path(home_inside)
         env = {
             # the harness's interpreter first, so `python` in a phase has the same packages
-            "PATH": (inside_path if self.backend == "bwrap" else str)(os.path.dirname(sys.executable))
-                    + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
+            "PATH": (_inside_search_path if self.backend == "bwrap" else str)(
+                os.path.dirname(sys.executable) + ":" + os.environ.get("PATH", "/usr/bin:/bin")),
             "HOME": home, "TMPDIR": self.path(home_inside + "/tmp") if self.backend == "none" else "/tmp",
             "XDG_CACHE_HOME": f"{home}/.cache", "TRITON_CACHE_DIR": f"{home}/.cache/triton",
             "TORCHINDUCTOR_CACHE_DIR": f"{home}/.cache/inductor", "HF_HOME": f"{home}/.cache/hf",

@@ -118,7 +118,7 @@ def proxy_server(tmp_path: Path, task, pristine: Path, train_py: str | None = No
         (ws / "train.py").write_text(train_py)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    return ProxyServer(setup=grade_setup(run_dir, task), pristine=pristine, workspace=ws, run_dir=run_dir,
+    return ProxyServer(ctx=grade_setup(run_dir, task), pristine=pristine, workspace=ws, run_dir=run_dir,
                        validation=None, deadline=time.time() + window_s), run_dir
 
 

@@ -34,12 +34,10 @@ for root, dirs, files in os.walk('/', topdown=True):
 print('WALK_HITS', sorted(hits))
 print('IFACES', sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]))
 print('CAPS', [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')])
-# by path component, not substring: /x/ai4ai-venv is not under /x/ai4ai; the venv's own folder
-# (the one part of the project a sandbox binds, read-only) may be named
+# by path component, not substring: /x/ai4ai-venv is not under /x/ai4ai
 def _in(p, d):
     return os.path.isabs(p) and os.path.commonpath([os.path.normpath(p), d]) == d
-print('ENV_PROJECT', [k for k, v in os.environ.items() if any(_in(p, {root!r}) and not _in(p, {venv!r})
-                                                              for p in v.split(os.pathsep))])
+print('ENV_PROJECT', [k for k, v in os.environ.items() if any(_in(p, {root!r}) for p in v.split(os.pathsep))])
 print('ROOT_SEES', sorted(os.listdir({root!r})) if os.path.isdir({root!r}) else None)
 try:
     open(os.path.join({venv!r}, 'planted'), 'w'); print('VENV_WRITE ok')
@@ -47,15 +45,16 @@ except OSError as e:
     print('VENV_WRITE', type(e).__name__)
 """
 
-# A virtual environment inside the checkout (`python -m venv .venv`) is the one part of the project a
-# sandbox sees: its folder, read-only, so that the interpreter runs. Outside the project: nothing.
+# A virtual environment inside the checkout (`python -m venv .venv`) is bound read-only at a neutral
+# path (sandbox.VENV_INSIDE), so that the interpreter runs and the checkout's own path never appears.
 VENV = Path(sys.prefix).resolve()
 VENV_INSIDE = VENV.is_relative_to(PROJECT_ROOT.resolve()) and VENV != PROJECT_ROOT.resolve()
 
 
 def _hunt(tmp_path, targets=None):
+    from ai4ai.sandbox import VENV_INSIDE as moved
     return HUNT.format(targets=targets or _targets(tmp_path), root=str(PROJECT_ROOT.resolve()),
-                       venv=str(VENV) if VENV_INSIDE else "/nonexistent-venv")
+                       venv=moved if VENV_INSIDE else "/nonexistent-venv")
 
 
 def _targets(tmp_path):
@@ -83,8 +82,8 @@ def test_agent_hunting_the_grader_finds_nothing(tmp_path):
     assert "WALK_HITS []" in log, log
     assert "IFACES ['lo']" in log
     assert "ENV_PROJECT []" in log, log
-    # of the project, the venv's top folder alone is visible (when it lies inside), and not writable
-    assert f"ROOT_SEES {[VENV.relative_to(PROJECT_ROOT.resolve()).parts[0]] if VENV_INSIDE else None}" in log, log
+    # nothing of the project is visible at its path, a venv inside it included (bound elsewhere, not writable)
+    assert "ROOT_SEES None" in log, log
     assert "VENV_WRITE ok" not in log, log
 
 
