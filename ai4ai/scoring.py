@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:        # types only: scoring sits below the task and grading modules
-    from .grading import SeedResult
+if TYPE_CHECKING:        # types only: scoring sits below the task module
     from .task import Task
 
 
@@ -112,7 +111,8 @@ class Scored:
                                        statistic=lambda ps: pooled_sigma(ps, anchors, m.direction, m.transform)))
 
 
-def score_seeds(task: Task, results: list[SeedResult], anchors: Anchors) -> Scored:
+def score_seeds(task: Task, results: list, anchors: Anchors) -> Scored:
+    """`results`: grading.SeedResult per seed (grading builds on this module, so the type is not imported)."""
     statuses = {r.status for r in results}
     raws = [r.raw for r in results]
     if "error" in statuses:
@@ -130,7 +130,7 @@ def score_seeds(task: Task, results: list[SeedResult], anchors: Anchors) -> Scor
                   pooled_sigma(phis, anchors, m.direction, m.transform), phis, replicate_flags(task, results))
 
 
-def replicate_flags(task: Task, results: list[SeedResult]) -> list[str]:
+def replicate_flags(task: Task, results: list) -> list[str]:
     """`identical weights on seeds A and B` for each group of graded seeds whose chosen weights hash
     the same: the submission ignored --seed, so its replicates are one run counted several times.
 

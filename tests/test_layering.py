@@ -1,9 +1,9 @@
 """The package reads as its data flow: every module imports only modules below it.
 
 LAYERS lists ai4ai's modules bottom-up, in data-flow order (docs/architecture.md says the same
-in prose). A module may import only modules listed before it; imports inside functions are not
-allowed (they exist to dodge a cycle), except `if TYPE_CHECKING:` imports, which never run; and no
-module imports a command. A new module has to be placed here, which is the point.
+in prose). A module may import only modules listed before it, `if TYPE_CHECKING:` imports included
+(a type-only import still ties the two modules in a circle); imports inside functions are not
+allowed (they exist to dodge a cycle); and no module imports a command. A new module has to be placed here, which is the point.
 """
 import ast
 from pathlib import Path
@@ -15,9 +15,9 @@ PACKAGE = PROJECT_ROOT / "ai4ai"
 LAYERS = [
     # leaves: no ai4ai imports, or only each other
     "ai4ai", "ai4ai.console", "ai4ai.layout", "ai4ai.hidden", "ai4ai.package_data", "ai4ai.gateway",
-    "ai4ai.launcher", "ai4ai.proxy_client", "ai4ai.scoring", "ai4ai.trajectory",
+    "ai4ai.launcher", "ai4ai.proxy_client", "ai4ai.trajectory",
     # the task and the things it is made of
-    "ai4ai.task", "ai4ai.provenance", "ai4ai.sandbox", "ai4ai.workspace", "ai4ai.models", "ai4ai.preparing", "ai4ai.plan",
+    "ai4ai.task", "ai4ai.scoring", "ai4ai.provenance", "ai4ai.sandbox", "ai4ai.workspace", "ai4ai.models", "ai4ai.preparing", "ai4ai.plan",
     "ai4ai.patches", "ai4ai.submission",
     "ai4ai.evaluation", "ai4ai.record", "ai4ai.result", "ai4ai.instructions", "ai4ai.classify",
     # agents
@@ -62,13 +62,13 @@ def _imports(mod: str, path: Path, known) -> tuple[list, list]:
     """(top-level ai4ai imports, ai4ai imports inside a function or class body) of a module."""
     tree = ast.parse(path.read_text())
     top, inner = [], []
-    type_only = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            type_only |= {id(n) for b in node.body for n in ast.walk(b)}
+    # module level: the body, and the body of a module-level `if TYPE_CHECKING:` (checked like any import)
     top_ids = {id(n) for n in tree.body}
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            top_ids |= {id(n) for n in node.body}
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in type_only:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
             targets = [t for t in _resolve(mod, path.name == "__init__.py", node, known) if t != mod]
             (top if id(node) in top_ids else inner).extend((t, node.lineno) for t in targets)
     return top, inner
