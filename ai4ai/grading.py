@@ -12,6 +12,7 @@ from pathlib import Path
 from .console import say
 from .context import RunContext
 from .evaluation import CKPT_RE, EvalSpec, WorkerError, run_worker
+from .meter import read_report
 from .submission import Submission
 from .preparing import data_mounts
 from .training import (EnvironmentFault, build_once, build_training_copy, device_lock, run_training, stage_dir,
@@ -37,6 +38,7 @@ class SeedResult:
     training_seed: int | None = None      # the --seed the training process got (see training_seed)
     host_idle_cores: float | None = None  # the host's idle CPUs during training (load evidence)
     weights_sha256: str | None = None   # of the chosen checkpoint's loaded tensors (replicates compared)
+    served: dict | None = None          # what the meter served, per class (meter.json); None: no meter
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -55,7 +57,8 @@ def train_and_evaluate(ctx: RunContext, train_repo: Path, pristine: Path, seed: 
     outcome, ckpts, reason = run_training(ctx, train_repo, train_seed, seed_dir, extra_mounts, extra_env,
                                           f"  seed {seed} training")
     base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out, cpu_s=outcome.cpu_s,
-                cut=outcome.cut, host_idle_cores=outcome.host_idle_cores, training_seed=train_seed)
+                cut=outcome.cut, host_idle_cores=outcome.host_idle_cores, training_seed=train_seed,
+                served=read_report(seed_dir / "meter.json") if ctx.task.meter is not None else None)
     if reason:
         return SeedResult(status="invalid", reason=reason, raw=None, **base)
     res = run_worker(eval_spec(ctx, pristine, ckpts), seed_dir / "eval")

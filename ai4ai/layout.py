@@ -23,6 +23,7 @@ TRAIN_HOME = "/home/sandbox"
 DATA = "/data"                  # the materialized full split
 HARNESS_BIN = "/opt/ai4ai/bin"  # ai4ai-proxy, ai4ai-time, ai4ai-launch
 SOCKET_DIR = "/run/ai4ai"       # the proxy's unix socket
+METER_DIR = "/run/ai4ai-meter"  # the meter's socket and its client module (training only)
 KERNELS = "/opt/ai4ai/ai4ai_kernels"
 KERNELS_PARENT = "/opt/ai4ai"   # on PYTHONPATH inside bwrap
 

@@ -73,7 +73,7 @@ def _seed_entry(r) -> dict:
             "selection_metric": next((c["selection_metric"] for c in r.candidates if c.get("name") == r.chosen), None),
             "validation_metric": r.validation_metric, "timed_out": r.timed_out, "train_s": r.train_s,
             "cpu_s": r.cpu_s, "cut": r.cut, "steps": r.steps, "training_seed": r.training_seed,
-            "host_idle_cores": r.host_idle_cores, "weights_sha256": r.weights_sha256}
+            "host_idle_cores": r.host_idle_cores, "weights_sha256": r.weights_sha256, "served": r.served}
 
 
 def build(ctx, *, agent: str, agent_config: dict, seed: int, seeds: list, scored: Scored, seed_results: list,

@@ -78,6 +78,38 @@ class Artifacts:
     data_function: str | None = None
 
 
+METER_PINS = ("scale", "seed", "device")     # what a served class's constructor may take: the run's own
+
+
+@dataclass(frozen=True)
+class MeteredClass:
+    construct: tuple[str, ...] | None     # constructor parameters (each pinned to the run's); None: only returned
+    methods: tuple[str, ...]
+    attributes: tuple[str, ...]
+    len: bool = False
+
+    def wire(self) -> dict:
+        d = {"methods": list(self.methods), "attributes": list(self.attributes), "len": self.len}
+        if self.construct is not None:
+            d["construct"] = list(self.construct)
+        return d
+
+
+@dataclass(frozen=True)
+class Meter:
+    """The budgeted resources a graded run gets from the meter server, outside its sandbox
+    (ai4ai/meter_wire.py). `held`: repo files (globs) the training copy lacks and the meter's
+    copy has (splits, teacher weights, generators' data); `classes`: the protected classes the
+    meter runs, by "module.Class", with what of each it serves; `values`: dataclasses that
+    travel by value (e.g. a batch of levels)."""
+    held: tuple[str, ...]
+    classes: dict[str, MeteredClass]
+    values: tuple[str, ...] = ()
+
+    def wire(self) -> dict:
+        return {"classes": {k: v.wire() for k, v in self.classes.items()}, "values": list(self.values)}
+
+
 @dataclass(frozen=True)
 class Task:
     name: str
@@ -107,6 +139,8 @@ class Task:
     # ("[file.py:]CONSTANT", new value) pairs (ai4ai/tuning.py builds and grades them);
     # None: the config declares no sweep; (): it declares that nothing is to be tuned
     tuning: tuple | None = None
+    # Budgets served from outside the training sandbox (None: the task meters nothing that way)
+    meter: Meter | None = None
 
     def scale(self, name: str) -> ScaleBudget:
         if name not in self.scales:
@@ -164,7 +198,7 @@ def load_task(name: str) -> Task:
 def parse_task(raw: Any, where: str) -> Task:
     d = _take(raw, where,
               {"name", "family", "description", "repo", "grader", "editable", "entry", "model", "metric", "scales"},
-              {"protected", "checkpoint_metadata", "data", "deterministic", "model_path", "tuning"})
+              {"protected", "checkpoint_metadata", "data", "deterministic", "model_path", "tuning", "meter"})
     if not isinstance(d.get("deterministic", False), bool):
         raise TaskError(f"{where}: deterministic must be true or false, got {d['deterministic']!r}")
     ed = _take(d["editable"], f"{where}: editable", {"files"}, {"folder"})
@@ -217,7 +251,54 @@ def parse_task(raw: Any, where: str) -> Task:
         metric=Metric(**metric), scales=scales,
         deterministic=d.get("deterministic", False), artifacts=art,
         model_path=model_path, tuning=parse_tuning(d.get("tuning"), where),
+        meter=parse_meter(d.get("meter"), where),
     )
+
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_meter(raw: Any, where: str) -> Meter | None:
+    """The `meter:` block: {held: [globs], classes: {"module.Class": {construct, methods,
+    attributes, len}}, values: ["module.Class"]}."""
+    if raw is None:
+        return None
+    m = _take(raw, f"{where}: meter", {"held", "classes"}, {"values"})
+    held = m["held"]
+    if not isinstance(held, list) or not all(isinstance(h, str) and h and not h.startswith("/") and ".." not in h
+                                              for h in held):
+        raise TaskError(f"{where}: meter.held must be a list of repo-relative paths or globs")
+    if not isinstance(m["classes"], dict) or not m["classes"]:
+        raise TaskError(f"{where}: meter.classes must name at least one served class")
+    classes = {}
+    for name, c in m["classes"].items():
+        w = f"{where}: meter.classes.{name}"
+        if not isinstance(name, str) or not _DOTTED.match(name):
+            raise TaskError(f"{w}: a served class is named 'module.Class'")
+        c = _take(c or {}, w, {"methods", "attributes"}, {"construct", "len"})
+        lists = {}
+        for k in ("construct", "methods", "attributes"):
+            v = c.get(k)
+            if v is None and k == "construct":
+                lists[k] = None
+                continue
+            if not isinstance(v, list) or not all(isinstance(x, str) and _NAME.match(x) and not x.startswith("_")
+                                                  for x in v):
+                raise TaskError(f"{w}: {k} must be a list of public names")
+            lists[k] = tuple(v)
+        if lists["construct"] is not None and set(lists["construct"]) - set(METER_PINS):
+            raise TaskError(f"{w}: construct may take only the run's own {METER_PINS}, got {list(lists['construct'])}")
+        if not isinstance(c.get("len", False), bool):
+            raise TaskError(f"{w}: len must be true or false")
+        classes[name] = MeteredClass(construct=lists["construct"], methods=lists["methods"],
+                                     attributes=lists["attributes"], len=c.get("len", False))
+    if not any(c.construct is not None for c in classes.values()):
+        raise TaskError(f"{where}: meter.classes: at least one class needs construct (what a run builds)")
+    values = m.get("values") or []
+    if not isinstance(values, list) or not all(isinstance(v, str) and _DOTTED.match(v) for v in values):
+        raise TaskError(f"{where}: meter.values must be a list of 'module.Class' names")
+    return Meter(held=tuple(held), classes=classes, values=tuple(values))
 
 
 _CONSTANT = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_./-]*\.py:)?[A-Za-z_][A-Za-z0-9_]*$")

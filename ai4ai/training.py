@@ -26,6 +26,7 @@ from .console import TrainingBar, printable
 from .context import RunContext
 from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD
 from .layout import KERNELS, OUT, REPO, TRAIN_HOME, RunDir, write_json
+from .meter import Served, remove_held, serving
 from .preparing import shrink_env
 from .provenance import python_executable
 from .sandbox import KERNELS_DIR, Mount, Sandbox, default_memory_limit
@@ -143,11 +144,12 @@ STARVED_SHARE = 0.5
 
 
 def build_training_copy(task: Task, sub: Submission, dest: Path) -> Path:
-    """Pristine repo + accepted patch, validation data removed, read-only."""
+    """Pristine repo + accepted patch, validation data and the meter's held files removed, read-only."""
     copy_repo(task, dest)
     apply(sub, dest)
     for v in task.validation_files:
         (dest / v).unlink(missing_ok=True)
+    remove_held(task, dest)
     make_read_only(dest)
     return dest
 
@@ -265,10 +267,13 @@ def snapshot_checkpoints(out: Path, dest: Path, max_bytes: int | None = None,
 
 
 def training_sandbox(ctx: RunContext, train_repo: Path, seed_dir: Path, extra_mounts: list,
-                     extra_env: dict) -> Sandbox:
-    """Read-only repo copy, a writable output folder and private HOME (under `seed_dir`); no network."""
+                     extra_env: dict, served: Served | None = None) -> Sandbox:
+    """Read-only repo copy, a writable output folder and private HOME (under `seed_dir`); no network;
+    the meter's socket when the task has one (`served`)."""
     out, home = seed_dir / "out", seed_dir / "home"
     (home / "tmp").mkdir(parents=True, exist_ok=True)
+    if served is not None:
+        extra_mounts, extra_env = [*extra_mounts, *served.mounts], {**extra_env, **served.env}
     mounts = [Mount(REPO, train_repo, False), Mount(OUT, out, True), Mount(TRAIN_HOME, home, True),
               Mount(KERNELS, KERNELS_DIR, False), *extra_mounts]
     gpu = ctx.device.startswith("cuda")
@@ -286,6 +291,8 @@ def training_sandbox(ctx: RunContext, train_repo: Path, seed_dir: Path, extra_mo
         env["AI4AI_CPU_BUDGET_S"] = f"{ctx.cpu_cap_s:.0f}"
     if ctx.backend == "none":
         env["PYTHONPATH"] = str(train_repo)
+    if served is not None:       # the client module `ai4ai_meter`, which the repo's protected code imports
+        env["PYTHONPATH"] = ":".join(x for x in (env.get("PYTHONPATH"), env["AI4AI_METER_LIB"]) if x)
     sb.env = env
     return sb
 
@@ -346,15 +353,24 @@ def run_training(ctx: RunContext, train_repo: Path, seed: int, seed_dir: Path, e
     # The sandbox's folders live in a neutral stage folder while it runs (see stage_dir) and move
     # to the seed's folder afterwards.
     stage = stage_dir(ctx)
-    sb = training_sandbox(ctx, train_repo, stage, extra_mounts, extra_env)
-    bar = TrainingBar(label, ctx.progress)
     seed_dir.mkdir(parents=True, exist_ok=True)
-    ckpt_bytes = checkpoint_limit(ctx.task, ctx.scale)
-    # room for every checkpoint a run might keep and their metadata, plus logs and caches
-    sb.watch = out_guard(stage / "out", 64 * ckpt_bytes + (256 << 20))
-    outcome = sb.run(_entry_argv(ctx.task, sb, seed, ctx.scale, ctx.cap_s, ctx.device), REPO,
-                     ctx.cap_s, seed_dir / "train.log", on_line=bar.on_line, cpu_limit_s=ctx.cpu_cap_s)
-    bar.close()
+    data_env: dict = {}
+    if ctx.task.meter is not None:
+        # the full-scale split folder is the meter's to read, not the training sandbox's
+        hosts = {m.inside: m.host for m in extra_mounts}
+        data_env = {k: hosts[v] for k, v in extra_env.items() if v in hosts}
+        extra_mounts = [m for m in extra_mounts if m.host not in data_env.values()]
+        extra_env = {k: v for k, v in extra_env.items() if k not in data_env}
+    with serving(ctx.task, ctx.scale, seed, ctx.device, seed_dir / "meter.log", seed_dir / "meter.json",
+                 data_env, ctx.threads) as served:
+        sb = training_sandbox(ctx, train_repo, stage, extra_mounts, extra_env, served)
+        bar = TrainingBar(label, ctx.progress)
+        ckpt_bytes = checkpoint_limit(ctx.task, ctx.scale)
+        # room for every checkpoint a run might keep and their metadata, plus logs and caches
+        sb.watch = out_guard(stage / "out", 64 * ckpt_bytes + (256 << 20))
+        outcome = sb.run(_entry_argv(ctx.task, sb, seed, ctx.scale, ctx.cap_s, ctx.device), REPO,
+                         ctx.cap_s, seed_dir / "train.log", on_line=bar.on_line, cpu_limit_s=ctx.cpu_cap_s)
+        bar.close()
     for part in ("out", "home"):
         (stage / part).rename(seed_dir / part)
     stage.rmdir()

@@ -8,10 +8,14 @@ level with legal reverse moves (pulls), so every level is solvable.
 
 `TrainingEnv` meters what training takes: each transition of each unfinished environment
 counts one step against the scale's `budget_env_steps`; asking for more raises
-`BudgetExhausted`. Generating levels is free. Evaluation uses `solved_mask` on fixed levels.
+`BudgetExhausted`; a sampled level prepays its episode (see `TrainingEnv`). In a graded run the levels come only
+from the grader's meter: `levels.py` (the generator) is not in the training copy, and
+`TrainingEnv` with the `VecEnv`s it returns lives in the meter's process, outside the training
+sandbox, with this same API. Evaluation uses `solved_mask` on fixed levels.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +26,12 @@ from config import N_CHANNELS, TRAIN_SEED, Scale, get_scale
 # flat-index offsets of up, down, left, right on a grid of width w
 def _offsets(w: int) -> np.ndarray:
     return np.array([-w, w, -1, 1], dtype=np.int64)
+
+
+def generate_levels(n: int, seed, scale: "Scale | str") -> "Levels":
+    """`n` solvable, unsolved levels, a deterministic function of (n, seed, scale) (levels.py)."""
+    from levels import generate_levels as generate       # absent from a graded run's copy
+    return generate(n, seed, scale)
 
 
 @dataclass
@@ -72,55 +82,6 @@ class Levels:
         return "\n".join(out)
 
 
-def generate_levels(n: int, seed, scale: Scale | str) -> Levels:
-    """`n` solvable, unsolved levels, a deterministic function of (n, seed, scale)."""
-    s = get_scale(scale) if isinstance(scale, str) else scale
-    rng = np.random.default_rng(seed)
-    w, k = s.size + 2, s.n_boxes
-    off = _offsets(w)
-    border = np.ones((w, w), dtype=bool)
-    border[1:-1, 1:-1] = False
-    border = border.reshape(-1)
-    parts, have = [], 0
-    while have < n:
-        m = max(256, int((n - have) * 4))
-        walls = border[None].repeat(m, 0) | (rng.random((m, w * w)) < s.wall_prob)
-        keys = np.where(walls, np.inf, rng.random((m, w * w)))
-        order = np.argsort(keys, axis=1)
-        ok = np.isfinite(np.take_along_axis(keys, order[:, k:k + 1], 1))[:, 0]
-        rows = np.arange(m)
-        targets = np.zeros((m, w * w), dtype=bool)
-        targets[rows[:, None], order[:, :k]] = True
-        boxes = targets.copy()
-        player = order[:, k].copy()
-        for _ in range(s.scramble):                          # reverse play: move, maybe pull
-            d = rng.integers(0, 4, size=m)
-            want_pull = rng.random(m) < 0.8
-            q, behind = player + off[d], player - off[d]
-            free = ~walls[rows, q] & ~boxes[rows, q]
-            pull = free & want_pull & boxes[rows, behind]
-            boxes[rows[pull], behind[pull]] = False
-            boxes[rows[pull], player[pull]] = True
-            player = np.where(free, q, player)
-        ok &= (boxes & ~targets).any(1)                      # not already solved
-        ok &= _box_distance(boxes, targets, w) >= s.min_box_dist
-        idx = np.flatnonzero(ok)[:n - have]
-        parts.append(Levels(s.size, walls[idx], targets[idx], boxes[idx], player[idx]))
-        have += len(idx)
-    return Levels.concat(parts)
-
-
-def _box_distance(boxes: np.ndarray, targets: np.ndarray, w: int) -> np.ndarray:
-    """Sum over boxes of the Manhattan distance to the nearest target, per level [N]."""
-    k = int(targets[0].sum())
-    bpos = np.argsort(~boxes, axis=1, kind="stable")[:, :k]
-    tpos = np.argsort(~targets, axis=1, kind="stable")[:, :k]
-    by, bx = np.divmod(bpos, w)
-    ty, tx = np.divmod(tpos, w)
-    d = np.abs(by[:, :, None] - ty[:, None, :]) + np.abs(bx[:, :, None] - tx[:, None, :])
-    return d.min(2).sum(1)
-
-
 def observe(levels: Levels) -> torch.Tensor:
     """Observation planes [N, 4, size, size] float32: wall, target, box, player (interior only)."""
     n, w = len(levels), levels.width
@@ -141,6 +102,8 @@ class VecEnv:
         self.state = levels.take(np.arange(len(levels)))
         self.max_steps = max_steps
         self.meter = meter
+        # steps prepaid when the level was sampled (TrainingEnv.sample_levels), spent first
+        self.credit = meter._claim(self.state) if meter is not None else np.zeros(len(levels), dtype=np.int64)
         self.t = np.zeros(len(levels), dtype=np.int64)
         self.done = np.zeros(len(levels), dtype=bool)
         self.solved = np.zeros(len(levels), dtype=bool)
@@ -163,7 +126,9 @@ class VecEnv:
             raise ValueError(f"actions must be {len(self)} integers in 0..3")
         active = ~self.done
         if self.meter is not None:
-            self.meter.charge(int(active.sum()))
+            paid = active & (self.credit > 0)
+            self.meter.charge(int((active & ~paid).sum()))
+            self.credit[paid] -= 1
         st, rows = self.state, np.arange(len(self))
         ww = st.walls.shape[1]
         q = st.player + self._off[a]
@@ -179,14 +144,28 @@ class VecEnv:
         solved_now = active & ~(st.boxes & ~st.targets).any(1)
         self.solved |= solved_now
         self.done |= solved_now | (self.t >= self.max_steps)
+        if self.meter is not None and (self.done & (self.credit > 0)).any():
+            ended = self.done & (self.credit > 0)       # an episode that ended early: its unused prepaid steps back
+            self.meter.served -= int(self.credit[ended].sum())
+            self.credit[ended] = 0
         return observe(st), solved_now, self.done.copy()
+
+
+def _level_key(levels: Levels, i: int) -> bytes:
+    return (np.packbits(levels.walls[i]).tobytes() + np.packbits(levels.targets[i]).tobytes()
+            + np.packbits(levels.boxes[i]).tobytes() + int(levels.player[i]).to_bytes(8, "little"))
 
 
 class TrainingEnv:
     """The metered source of training episodes for one run.
 
-    levels = env.sample_levels(256)      # fresh training levels (free)
+    levels = env.sample_levels(256)      # fresh training levels
     batch = env.reset(levels)            # a VecEnv whose steps count against the budget
+
+    A sampled level prepays its whole episode (`max_steps`); when it is played, its steps use
+    the prepaid ones first and the episode's unused steps come back when it ends. A run that
+    plays every level it samples pays exactly the steps it takes; a level sampled and never
+    played costs a full episode, so levels cannot be drawn for free and solved elsewhere.
     """
 
     def __init__(self, scale: str, seed: int):
@@ -194,6 +173,7 @@ class TrainingEnv:
         self.budget = self.scale.budget_env_steps
         self.served = 0
         self._rng = np.random.default_rng([TRAIN_SEED, seed])
+        self._prepaid: dict[bytes, list[int]] = {}     # level -> prepaid steps of each sampled copy
 
     @property
     def remaining(self) -> int:
@@ -205,7 +185,23 @@ class TrainingEnv:
         self.served += steps
 
     def sample_levels(self, n: int) -> Levels:
-        return generate_levels(n, int(self._rng.integers(2**63)), self.scale)
+        """`n` fresh training levels; each prepays a full episode of the budget (see the class)."""
+        self.charge(n * self.scale.max_steps)
+        levels = generate_levels(n, int(self._rng.integers(2**63)), self.scale)
+        for i in range(n):
+            self._prepaid.setdefault(_level_key(levels, i), []).append(self.scale.max_steps)
+        return levels
+
+    def _claim(self, levels: Levels) -> np.ndarray:
+        """The prepaid steps of each level of a batch being reset (each sampled copy claimed once)."""
+        out = np.zeros(len(levels), dtype=np.int64)
+        for i in range(len(levels)):
+            left = self._prepaid.get(_level_key(levels, i))
+            if left:
+                out[i] = left.pop()
+                if not left:
+                    del self._prepaid[_level_key(levels, i)]
+        return out
 
     def reset(self, levels: Levels) -> VecEnv:
         return VecEnv(levels, self.scale.max_steps, meter=self)
@@ -240,3 +236,10 @@ def solved_mask(policy: torch.nn.Module, levels: Levels, max_steps: int, seed, c
                 break
         out[idx] = env.solved & ~broken
     return out
+
+
+if os.environ.get("AI4AI_METER"):
+    # A graded run: the levels and the steps come from the grader's meter, a process outside the
+    # training sandbox, which runs TrainingEnv (and the VecEnvs its reset returns) there.
+    from ai4ai_meter import remote
+    TrainingEnv = remote(TrainingEnv)

@@ -4,8 +4,11 @@ One RL run may draw at most `budget_samples` trajectories (config.py) through `E
 `rollout` samples whole denoising chains from the current model and scores their final
 images with the reward; `score` scores images you made yourself (e.g. a differentiable
 sampler of your own) and counts them the same. Both raise `BudgetExhausted` past the budget.
-At `ci` and `smoke` this meter, not the wall clock, is the budget.
+At `ci` and `smoke` this meter, not the wall clock, is the budget. The scorer and the count
+live in `Judge`; in a graded run the grader's meter, outside the training sandbox, runs it and
+the scorer's weights are not in the training copy.
 """
+import os
 from dataclasses import dataclass
 
 import torch
@@ -25,12 +28,14 @@ class Rollout:
     rewards: torch.Tensor    # [n] in [0, 1]
 
 
-class Environment:
-    def __init__(self, scale: str, device: str = "cpu"):
+class Judge:
+    """The scorer and the sample meter. In a graded run it lives in the grader's meter, a process
+    outside the training sandbox (the scorer's weights are not in the training copy)."""
+
+    def __init__(self, scale: str):
         self.budget = get_scale(scale).budget_samples
         self.used = 0
-        self.device = torch.device(device)
-        self.scorer = load_scorer().to(self.device)
+        self._scorer = load_scorer()
 
     @property
     def remaining(self) -> int:
@@ -41,18 +46,71 @@ class Environment:
             raise BudgetExhausted(f"budget of {self.budget} samples is spent ({self.used} used, {n} asked)")
         self.used += n
 
+    def rewards(self, x: torch.Tensor) -> torch.Tensor:
+        """Rewards [n] of images [n, 64] (no gradient); counts n."""
+        self._charge(x.shape[0])
+        with torch.no_grad():
+            return reward(self._scorer, x.float())
+
+    def rewards_and_grads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rewards [n], d reward_i / d x_i [n, 64]) of images [n, 64]; counts n. The reward of a
+        sample depends on that sample alone, so these gradients are its whole Jacobian."""
+        self._charge(x.shape[0])
+        with torch.enable_grad():
+            x = x.detach().float().requires_grad_(True)
+            r = reward(self._scorer, x)
+            (g,) = torch.autograd.grad(r.sum(), x)
+        return r.detach(), g
+
+
+class _Reward(torch.autograd.Function):
+    """The reward as a differentiable function of x, whichever process the judge is in."""
+
+    @staticmethod
+    def forward(ctx, x, judge):
+        r, g = judge.rewards_and_grads(x.detach().cpu())
+        ctx.save_for_backward(g.to(x.device, x.dtype))
+        return r.to(x.device)
+
+    @staticmethod
+    def backward(ctx, grad_r):
+        (g,) = ctx.saved_tensors
+        return grad_r[:, None].to(g.dtype) * g, None
+
+
+class Environment:
+    def __init__(self, scale: str, device: str = "cpu"):
+        self.device = torch.device(device)
+        self._judge = Judge(scale)
+        self.budget = self._judge.budget
+
+    @property
+    def used(self) -> int:
+        return self._judge.used
+
+    @property
+    def remaining(self) -> int:
+        return self._judge.remaining
+
     def rollout(self, model: torch.nn.Module, n: int, generator: torch.Generator) -> Rollout:
         """n trajectories from `model` (no gradient) and their rewards; counts n."""
-        self._charge(n)
+        if n > self.remaining:
+            raise BudgetExhausted(f"budget of {self.budget} samples is spent ({self.used} used, {n} asked)")
         was_training = model.training
         model.eval()
         chain = sample_chain(model, n, generator, self.device)
         model.train(was_training)
-        with torch.no_grad():
-            r = reward(self.scorer, chain[-1])
+        r = self._judge.rewards(chain[-1].detach().cpu()).to(self.device)
         return Rollout(chain=chain, rewards=r)
 
     def score(self, x: torch.Tensor) -> torch.Tensor:
         """Rewards of images [n, 64] you sampled yourself (differentiable in x); counts n."""
-        self._charge(x.shape[0])
-        return reward(self.scorer, x)
+        if x.requires_grad:
+            return _Reward.apply(x, self._judge)
+        return self._judge.rewards(x.detach().cpu()).to(x.device)
+
+
+if os.environ.get("AI4AI_METER"):
+    # A graded run: the judge (scorer and meter) is served by the grader's meter.
+    from ai4ai_meter import remote
+    Judge = remote(Judge)

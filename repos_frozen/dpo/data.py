@@ -91,3 +91,10 @@ class PairSplit:
         self.served += len(idx)
         p = self.pairs[idx]
         return p[:, 0], p[:, 1], prompt_lengths(p[:, 0])
+
+
+if os.environ.get("AI4AI_METER"):
+    # A graded run: the budgeted data is not in this copy of the repo. The grader's meter, a
+    # process outside the training sandbox, holds it and serves PairSplit with this same API.
+    from ai4ai_meter import remote
+    PairSplit = remote(PairSplit)

@@ -76,3 +76,10 @@ class TrainingGraphs:
             raise BudgetExhausted(f"budget of {self.budget} graphs is spent")
         self.served += len(idx)
         return self.graphs[idx]
+
+
+if os.environ.get("AI4AI_METER"):
+    # A graded run: the budgeted data is not in this copy of the repo. The grader's meter, a
+    # process outside the training sandbox, holds it and serves TrainingGraphs with this same API.
+    from ai4ai_meter import remote
+    TrainingGraphs = remote(TrainingGraphs)

@@ -70,3 +70,10 @@ class TrainingSplit:
             raise BudgetExhausted(f"budget of {self.budget} sequences is spent")
         self.served += len(idx)
         return self.sequences[idx]
+
+
+if os.environ.get("AI4AI_METER"):
+    # A graded run: the split is not in this copy of the repo. The grader's meter, a process
+    # outside the training sandbox, holds it and serves TrainingSplit with this same API.
+    from ai4ai_meter import remote
+    TrainingSplit = remote(TrainingSplit)

@@ -74,3 +74,10 @@ class CalibrationSplit:
             raise BudgetExhausted(f"budget of {self.budget} calibration sequences is spent")
         self.served += len(idx)
         return self.sequences[idx]
+
+
+if os.environ.get("AI4AI_METER"):
+    # A graded run: the budgeted data is not in this copy of the repo. The grader's meter, a
+    # process outside the training sandbox, holds it and serves CalibrationSplit with this same API.
+    from ai4ai_meter import remote
+    CalibrationSplit = remote(CalibrationSplit)

@@ -93,3 +93,10 @@ class PreferencePairs:
             raise BudgetExhausted(f"budget of {self.budget} pairs is spent")
         self.served += len(idx)
         return self.a[idx], self.b[idx], self.label[idx], self.rater[idx]
+
+
+if os.environ.get("AI4AI_METER"):
+    # A graded run: the budgeted data is not in this copy of the repo. The grader's meter, a
+    # process outside the training sandbox, holds it and serves PreferencePairs with this same API.
+    from ai4ai_meter import remote
+    PreferencePairs = remote(PreferencePairs)
