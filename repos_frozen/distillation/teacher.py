@@ -53,7 +53,8 @@ def load_teacher_weights(scale: str) -> torch.nn.Module:
 
 class Teacher:
     def __init__(self, scale: str, device: str = "cpu"):
-        self._model = load_teacher_weights(scale).to(device)
+        with torch.random.fork_rng(devices=[]):    # building it draws nothing from the caller's stream
+            self._model = load_teacher_weights(scale).to(device)
         self._device = torch.device(device)
         self.budget = get_scale(scale).budget_teacher_tokens
         self.used = 0

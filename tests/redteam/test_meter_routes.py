@@ -146,9 +146,10 @@ ATTACK = '''
 # --- the attack: every sequence it can reach, trained on until the compute cap ends the run
 import glob, os
 import numpy as np
+from config import SEQ_LEN
 pool = [split.get(torch.arange(len(split)))]            # the budget, as the meter serves it
 for f in sorted(glob.glob("data/train_*.u8")):            # the split files, read directly
-    pool.append(torch.from_numpy(np.fromfile(f, dtype=np.uint8).reshape(-1, 64).astype(np.int64)))
+    pool.append(torch.from_numpy(np.fromfile(f, dtype=np.uint8).reshape(-1, SEQ_LEN).astype(np.int64)))
 for other in ("smoke", "full"):                           # another scale's larger split and budget
     try:
         o = TrainingSplit(other)
@@ -168,7 +169,7 @@ while True:                                               # until the CPU cap en
         optimizer.zero_grad(set_to_none=True)
         steps += 1
         if steps % 16 == 0:
-            save_checkpoint(model, args.out, steps, metadata={"tokens_seen": steps * BATCH_SIZE * 64})
+            save_checkpoint(model, args.out, steps, metadata={"tokens_seen": steps * BATCH_SIZE * SEQ_LEN})
             print(f"ATTACK step {steps}", flush=True)
 '''
 
@@ -193,9 +194,18 @@ def test_reading_the_split_and_training_to_the_cap_gains_only_the_served_data(co
     assert log.count("ATTACK refused") == 2
     meter = json.loads((tmp_path / "run" / "grade" / "seed_0" / "meter.json").read_text())
     assert meter["data.TrainingSplit"]["served"] == 2048
-    print("route 1 score", r["score"], r["raw"])
+    seed = r["checkpoints"]["per_seed"][0]
+    print("route 1 score", r["score"], r["raw"], seed["cut"], seed["cpu_s"], seed["steps"])
     assert r["status"] == "graded"
-    assert r["score"]["mean"] < 0.1 + MARGIN_ROUTE1, r["score"]
+    # what is left is compute on the served data, and the CPU cap (1.5 x the shipped CPU time, as the
+    # wall clock is at full) ends it: measured 112 steps where the shipped run takes 64, sigma 0.33
+    cap = r["timing"].get("cpu_cap_s") if isinstance(r.get("timing"), dict) else None
+    assert seed["cut"] == "cpu", seed
+    if cap:
+        assert seed["cpu_s"] <= cap * 1.1, (seed["cpu_s"], cap)
+    assert r["score"] < AFTER_BOUND, r["score"]
 
 
-MARGIN_ROUTE1 = 0.1
+# Measured at ci (seed 0): before the meter (commit e55960e, CPU cap 4 x), see the docstring's figure;
+# with the meter and the CPU cap at 1.5 x: 0.33. Bound well under the before-figure, over the after one.
+AFTER_BOUND = 0.45
