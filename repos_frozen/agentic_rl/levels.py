@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from config import Scale, get_scale
-from env import Levels, _offsets
+from config import Scale
 
 
-def generate_levels(n: int, seed, scale: Scale | str) -> Levels:
-    """`n` solvable, unsolved levels, a deterministic function of (n, seed, scale)."""
-    s = get_scale(scale) if isinstance(scale, str) else scale
+def generate(n: int, seed, s: Scale) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`n` solvable, unsolved levels of scale `s` as (walls, targets, boxes, player) flat arrays
+    (env.Levels' fields), a deterministic function of (n, seed, s)."""
     rng = np.random.default_rng(seed)
     w, k = s.size + 2, s.n_boxes
-    off = _offsets(w)
+    off = np.array([-w, w, -1, 1], dtype=np.int64)         # up, down, left, right
     border = np.ones((w, w), dtype=bool)
     border[1:-1, 1:-1] = False
     border = border.reshape(-1)
@@ -45,9 +44,9 @@ def generate_levels(n: int, seed, scale: Scale | str) -> Levels:
         ok &= (boxes & ~targets).any(1)                      # not already solved
         ok &= _box_distance(boxes, targets, w) >= s.min_box_dist
         idx = np.flatnonzero(ok)[:n - have]
-        parts.append(Levels(s.size, walls[idx], targets[idx], boxes[idx], player[idx]))
+        parts.append((walls[idx], targets[idx], boxes[idx], player[idx]))
         have += len(idx)
-    return Levels.concat(parts)
+    return tuple(np.concatenate([p[f] for p in parts]) for f in range(4))
 
 
 def _box_distance(boxes: np.ndarray, targets: np.ndarray, w: int) -> np.ndarray:

@@ -148,13 +148,26 @@ def test_pushing_rules(repo):
 def test_training_env_meters_steps(repo):
     env = repo["env"]
     te = env.TrainingEnv("ci", 0)
+    steps = te.scale.max_steps
     lv = te.sample_levels(10)
+    assert te.served == 10 * steps                       # a sampled level prepays its whole episode
     v = te.reset(lv)
     v.step(np.zeros(10, dtype=int))
-    assert te.served == 10
+    assert te.served == 10 * steps                       # its steps use the prepaid ones first
+    rng = np.random.default_rng(0)
+    while not v.done.all():
+        v.step(rng.integers(0, 4, 10))
+    assert te.served == int(v.t.sum())                   # played to the end: exactly the steps taken
+    again = te.reset(lv)                                 # a replay (or a level made elsewhere) pays per step
+    before = te.served
+    again.step(np.zeros(10, dtype=int))
+    assert te.served == before + 10
     te.served = te.budget - 5
     with pytest.raises(env.BudgetExhausted):
-        v.step(np.zeros(10, dtype=int))
+        again.step(np.zeros(10, dtype=int))
+    te.served = 0
+    te.sample_levels(3)                                  # sampled, never played: a full episode each
+    assert te.served == 3 * steps
     assert (te.sample_levels(3).player != env.TrainingEnv("ci", 1).sample_levels(3).player).any()
 
 

@@ -1,0 +1,57 @@
+"""Move anchor records of an older task version to the current one, without recalibrating.
+
+    python benchmarks/rekey_anchors.py TASK OLD_VERSION [OLD_VERSION ...] [--scales ci,smoke]
+
+Only for a change that is shown not to move what the shipped algorithm trains (e.g. identical
+weights from benchmarks/meter_equivalence.py or benchmarks/ci_sweep.py --compare): the record's
+anchors, seeds and timings stay as measured, its key gets the current task_version, and its
+provenance says `rekeyed_from`. A record already present for the current version is kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ai4ai import anchors  # noqa: E402
+from ai4ai.provenance import task_version  # noqa: E402
+from ai4ai.task import load_task  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("task")
+    ap.add_argument("old", nargs="+")
+    ap.add_argument("--scales", default="ci,smoke")
+    a = ap.parse_args()
+    task = load_task(a.task)
+    scales = a.scales.split(",")
+    path = anchors.anchors_path(task.grader)
+    recs = (yaml.safe_load(path.read_text()) or {}).get("records", [])
+    have = {(r["key"]["scale"], r["key"]["task_version"], r["key"]["device_class"]) for r in recs}
+    moved = 0
+    for r in recs:
+        k = r["key"]
+        if k["task_version"] not in a.old or k["scale"] not in scales:
+            continue
+        new = task_version(task, k["scale"])
+        if new == k["task_version"] or (k["scale"], new, k["device_class"]) in have:
+            print(f"{a.task} {k['scale']} {k['device_class']}: a record for {new} exists; kept")
+            continue
+        r = json.loads(json.dumps(r))
+        r.setdefault("provenance", {})["rekeyed_from"] = k["task_version"]
+        r["key"]["task_version"] = new
+        anchors.store(task.grader, r)
+        have.add((k["scale"], new, k["device_class"]))
+        moved += 1
+        print(f"{a.task} {k['scale']} {k['device_class']}: {k['task_version']} -> {new}")
+    print(f"{a.task}: {moved} re-keyed")
+
+
+if __name__ == "__main__":
+    main()
