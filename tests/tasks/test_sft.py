@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from ai4ai import PROJECT_ROOT, pipeline
-from ai4ai.task_checks import Report, contract_checks
+from ai4ai import anchors as anchor_store
+from ai4ai.provenance import task_version
+from ai4ai.task_checks import EVAL_NOISE_MAX, Report, contract_checks
 from ai4ai.hidden import load_grader
 from ai4ai.task import load_task
 
@@ -133,12 +135,28 @@ def test_committed_files_regenerate(grader, P, repo_modules, val, tmp_path):
 
 
 def test_hidden_splits_are_disjoint_and_large(grader, P):
-    assert grader.SPLITS["test"] >= 10000
+    # 10,000 problems put the test split's own noise above check_task's limit at smoke (0.0144 > 0.01)
+    assert grader.SPLITS["test"] >= 20_736
     sel, test = grader.split("selection"), grader.split("test")
     assert not np.array_equal(sel.rows[:100], test.rows[:100])
     # the final answers are spread over all 36 values (a constant guess gets about 1/36)
     counts = np.unique(test.answers, return_counts=True)[1]
     assert len(counts) == P.M == 36 and counts.max() / len(test.answers) < 0.05
+
+
+def test_test_split_noise_within_check_task_limit():
+    """check_task's sampling-noise check on the calibrated records of the current version (ci and
+    smoke): 0.9 x the test split's standard error over phi1 - phib stays below EVAL_NOISE_MAX."""
+    task = load_task(TASK)
+    for scale in ("ci", "smoke"):
+        version = task_version(task, scale)
+        recs = [r for r in anchor_store._records(anchor_store.anchors_path(task.grader))
+                if r["key"]["scale"] == scale and r["key"]["task_version"] == version]
+        assert recs, f"no {scale} record of the current version {version}: recalibrate"
+        for r in recs:
+            a = r["anchors"]
+            ev = 0.9 * r["test_excess_se"] / (a["best"] - a["baseline"])
+            assert ev <= EVAL_NOISE_MAX, (scale, ev)
 
 
 def test_perfect_model_scores_one_and_uninformative_scores_zero(grader, G, P, val, few, repo_modules):
