@@ -157,8 +157,12 @@ def drift(result: dict, run_dir: Path, ctx) -> list[dict]:
         out.append(_check("model", rec.get("sha256"), model_sha256(ctx.task.model_path),
                           f"your own model, re-graded from {ctx.task.model_path}"))
     if prov.get("task_overridden"):
+        note = "the recorded run did not use the task as configured"
+        if recorded_model(result) is not None:
+            note = ("task.model_path (your own model) counts as an override; whether the run overrode anything "
+                    "else is not recorded")
         out.append({"what": "task config", "recorded": "overridden on the command line", "current": "as on disk",
-                    "changed": True, "note": "the recorded run did not use the task as configured"})
+                    "changed": True, "note": note})
     return out
 
 
