@@ -27,20 +27,27 @@ class OwnStudent(torch.nn.Module):
     """Your own causal LM (`lm`) as the student, in the task's vocabulary: task token ids in (mapped
     to the model's through TOKEN_IDS, a buffer that is not saved), next-token logits [.., VOCAB]
     out, the model's logits of the task's tokens in task order (the rows of its LM head for them),
-    so they compare with the teacher's. Other arguments (past_key_values, use_cache, attention_mask,
-    ...) go to the model; `labels` (task ids, -100 ignored) gives the shifted next-token loss."""
+    so they compare with the teacher's. Two task tokens on one model token (GPT-2's <bos> is its
+    <eos>) read as the later one, <eos>: the earlier one's column is SHADOWED, a constant (finite:
+    the grader poisons non-finite logits), never the argmax. Other arguments (past_key_values,
+    use_cache, attention_mask, ...) go to the model; `labels` (task ids, -100 ignored) gives the
+    shifted next-token loss."""
+
+    SHADOWED = -1e4
 
     def __init__(self, lm: torch.nn.Module, token_ids: list):
         super().__init__()
         self.lm = lm
         self.config = lm.config
         self.register_buffer("token_ids", torch.tensor(token_ids, dtype=torch.long), persistent=False)
+        shadowed = [t in token_ids[i + 1:] for i, t in enumerate(token_ids)]
+        self.register_buffer("shadowed", torch.tensor(shadowed, dtype=torch.bool), persistent=False)
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, **kw) -> CausalLMOutputWithPast:
         if "past_key_values" in kw:         # the older name of transformers' `cache`
             kw["cache"] = kw.pop("past_key_values")
         out = self.lm(input_ids=self.token_ids[input_ids], **kw)
-        logits = out.logits[..., self.token_ids]
+        logits = out.logits[..., self.token_ids].masked_fill(self.shadowed, self.SHADOWED)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
