@@ -1,8 +1,11 @@
 """Re-grade a stored submission from scratch and say whether its number still holds (auditing.py
 is the library, with the rules of agreement and drift).
 
-    python -m ai4ai.audit run=RUN_DIR [seeds=[0,1]] [regrade=true] [anchors=recorded]
+    python -m ai4ai.audit run=RUN_DIR [seeds=[0,1]] [regrade=true] [anchors=recorded] [model_path=FOLDER]
     python -m ai4ai.audit results=DB [sample=N]
+
+A run on your own model (task.model_path) is re-graded on that model, from the folder it recorded
+or model_path=FOLDER (an identical copy; checked by content hash).
 """
 import sys
 from pathlib import Path
@@ -25,9 +28,12 @@ def main(cfg: DictConfig) -> None:
     kw = dict(seeds=seeds, regrade=bool(cfg.regrade), anchors=str(cfg.anchors), device=str(cfg.device),
               sandbox=str(cfg.sandbox.backend), progress=bool(cfg.progress))
     if cfg.run:
-        rep = audit_run(Path(cfg.run), out=Path(cfg.out) if cfg.out else None, **kw)
+        rep = audit_run(Path(cfg.run), out=Path(cfg.out) if cfg.out else None,
+                        model_path=cfg.get("model_path") or None, **kw)
         print(summary(rep))
         sys.exit(0 if rep["agrees"] is not False and "submission" not in changed_names(rep) else 1)
+    if cfg.get("model_path"):
+        raise UsageError("model_path= goes with run=RUN_DIR (one run's model moved), not results=DB")
     rows = audit_db(Path(cfg.results), int(cfg.sample) if cfg.sample is not None else None, int(cfg.sample_seed), **kw)
     text = table(rows)
     print(text)

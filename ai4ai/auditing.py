@@ -21,6 +21,11 @@ Drift: what the number depends on, recorded vs now: the submission's own hash, t
 repo, the hidden grader, the benchmark version, the anchors' record, library versions and
 the hardware class. Drift is reported, not judged: a re-grade that agrees despite drift
 says the change did not matter for this run.
+
+A run on your own model (task.model_path, ai4ai.models) is re-graded on that same model: the
+folder result.json records (or model_path=FOLDER, a copy of it elsewhere), checked by its content
+hash before anything starts. A folder that is gone or whose content changed is one `ai4ai:` line
+(exit 2) saying what to do; in a database audit it is that run's row (agrees NO).
 """
 from __future__ import annotations
 
@@ -41,7 +46,7 @@ from .console import say
 from .context import UsageError, context
 from .grading import grade_seeds
 from .layout import RunDir, write_json
-from .provenance import UNVERSIONED, benchmark_version, tree_sha256, versions
+from .provenance import UNVERSIONED, benchmark_version, model_sha256, tree_sha256, versions
 from .reporting import load_runs
 from .scoring import Anchors, score_seeds, seed_noise_sigma
 from .patches import PatchFormatError
@@ -60,9 +65,47 @@ def task_config(name: str) -> dict:
     return yaml.safe_load(path.read_text())
 
 
-def audit_cfg(result: dict, device: str = "auto", sandbox: str = "auto", progress: bool = False) -> DictConfig:
-    """The config ai4ai.pipeline.context() needs, built without Hydra from the recorded run."""
-    return OmegaConf.create({"task": task_config(result["task"]), "device": device,
+def recorded_model(result: dict) -> dict | None:
+    """What result.json says of the model a run trained (task.model_path); None: the repo's own."""
+    return (result.get("provenance") or {}).get("model") or None
+
+
+def model_problem(result: dict, model_path: str | Path | None = None) -> str | None:
+    """Why the model a run trained cannot be re-graded on from here (None: it can, or the run
+    trained the repo's own model): its folder (`model_path`, else the recorded path) is gone or
+    its content hash is not the recorded one."""
+    rec = recorded_model(result)
+    if rec is None:
+        return None if model_path is None else (
+            f"model_path={model_path}: the audited run trained the repo's own model, not one brought with "
+            f"task.model_path; audit it without model_path=")
+    where = Path(str(model_path or rec["path"])).expanduser()
+    what = (f"the audited run trained your own model (task.model_path={rec['path']}, content sha256 "
+            f"{str(rec.get('sha256'))[:16]}) and an audit re-grades on that same model")
+    todo = ("put that model back there, or pass model_path=FOLDER (python -m ai4ai.audit run=... model_path=FOLDER) "
+            "with an identical copy of it")
+    if not where.is_dir():
+        return f"{what}; {where} is gone (no such folder): {todo}"
+    now = model_sha256(where)
+    if now != rec.get("sha256"):
+        return (f"{what}; the content of {where} has changed since (sha256 {now[:16]} now): it is no longer that "
+                f"model; {todo}")
+    return None
+
+
+def audit_cfg(result: dict, device: str = "auto", sandbox: str = "auto", progress: bool = False,
+              model_path: str | Path | None = None) -> DictConfig:
+    """The config ai4ai.pipeline.context() needs, built without Hydra from the recorded run: on the
+    model the run trained (its recorded folder, or `model_path`, a copy of it), checked by content
+    hash first (model_problem: a UsageError line)."""
+    problem = model_problem(result, model_path)
+    if problem:
+        raise UsageError(problem)
+    task = task_config(result["task"])
+    rec = recorded_model(result)
+    if rec is not None:
+        task["model_path"] = str(Path(str(model_path or rec["path"])).expanduser().resolve())
+    return OmegaConf.create({"task": task, "device": device,
                              "scale": {"name": result["scale"]}, "sandbox": {"backend": sandbox},
                              "progress": progress})
 
@@ -109,9 +152,17 @@ def drift(result: dict, run_dir: Path, ctx) -> list[dict]:
     out.append({"what": "libraries", "recorded": {k: v[0] for k, v in diff.items()},
                 "current": {k: v[1] for k, v in diff.items()}, "changed": bool(diff), "note": ""})
     out.append(_check("hardware class", prov.get("device_class"), ctx.key.device_class))
+    if recorded_model(result) is not None:
+        rec = recorded_model(result)
+        out.append(_check("model", rec.get("sha256"), model_sha256(ctx.task.model_path),
+                          f"your own model, re-graded from {ctx.task.model_path}"))
     if prov.get("task_overridden"):
+        note = "the recorded run did not use the task as configured"
+        if recorded_model(result) is not None:
+            note = ("task.model_path (your own model) counts as an override; whether the run overrode anything "
+                    "else is not recorded")
         out.append({"what": "task config", "recorded": "overridden on the command line", "current": "as on disk",
-                    "changed": True, "note": "the recorded run did not use the task as configured"})
+                    "changed": True, "note": note})
     return out
 
 
@@ -125,14 +176,16 @@ def _fresh(path: Path) -> Path:
 
 
 def audit_run(run_dir: Path, seeds: list[int] | None = None, regrade: bool = True, anchors: str = "recorded",
-              device: str = "auto", sandbox: str = "auto", out: Path | None = None, progress: bool = False) -> dict:
-    """Audit one run directory; returns (and writes to OUT/audit.json) what was found."""
+              device: str = "auto", sandbox: str = "auto", out: Path | None = None, progress: bool = False,
+              model_path: str | Path | None = None) -> dict:
+    """Audit one run directory; returns (and writes to OUT/audit.json) what was found. A run on your
+    own model is re-graded on it (`model_path`: a copy of it, when the recorded folder moved)."""
     run_dir = Path(run_dir).resolve()
     path = run_dir / "result.json"
     if not path.is_file():
         raise UsageError(f"{run_dir} has no result.json: not a run directory")
     result = json.loads(path.read_text())
-    cfg = audit_cfg(result, device, sandbox, progress)
+    cfg = audit_cfg(result, device, sandbox, progress, model_path)
     out = _fresh(Path(out) if out else run_dir / "audits" / time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True)
     ctx = context(cfg, out)
@@ -230,6 +283,12 @@ def audit_db(db: Path, sample: int | None = None, seed: int = 0, **kw) -> list[d
             rows.append({"run_dir": str(r.run_dir), "task": r.result["task"], "agent": r.result["agent"],
                          "recorded": r.result.get("score"), "new": None, "difference": None, "tolerance": None,
                          "agrees": False, "drift": ["run directory missing"]})
+            continue
+        problem = model_problem(r.result)
+        if problem:     # the model a run trained is gone or changed: that run's row, not the end of the audit
+            rows.append({"run_dir": str(r.run_dir), "task": r.result["task"], "agent": r.result["agent"],
+                         "recorded": r.result.get("score"), "new": None, "difference": None, "tolerance": None,
+                         "agrees": False, "drift": ["model gone or changed"], "reason": problem})
             continue
         rep = audit_run(r.run_dir, **kw)
         g = rep["regrade"] or {}

@@ -15,7 +15,8 @@ the derived repo as it does on the frozen one. `byom/` holds:
     base.safetensors (and whatever else the family's prepare step makes), SHA256SUMS
     MODEL.md       what the model is: architecture, parameter count, vocabulary, source, sha256
 
-Encoding rule: the task's text is encoded with the model's tokenizer one character at a time.
+Encoding rule: the task's text is encoded with the model's tokenizer one character at a time
+(distillation's digits and codes, pruning's 32 symbols written as base-32 digits 0-9A-V).
 Every character of the task's alphabet must be a single token of the vocabulary of its own
 (`tokenizer(c)` gives one id, which decodes back to `c`), so problems stay token-aligned as in
 the repo's own vocabulary; <eos> is the tokenizer's end-of-sequence token, <bos> its
@@ -44,8 +45,8 @@ from .task import Task, TaskError
 from .workspace import copy_repo, make_writable
 
 # The tasks that start from a prepared LM and take task.model_path, in the order they gained it.
-OWN_MODEL_TASKS = ("sft", "dpo", "reward_model")
-PLANNED = ("unlearning", "pruning", "distillation")
+OWN_MODEL_TASKS = ("sft", "dpo", "reward_model", "distillation", "pruning")
+PLANNED = ("unlearning",)
 CACHE_ROOT = PROJECT_ROOT / "outputs" / ".cache" / "own_models"
 REGISTRY = "models.yaml"          # beside anchors.yaml: which model each task version was made from
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -105,7 +106,7 @@ def repo_vocabulary(task: Task) -> tuple[list, int]:
 def token_ids(tokenizer, symbols: list, vocab_size: int, where) -> list:
     """The model's id of each task token by the encoding rule (module docstring), or ModelPathError."""
     eos = tokenizer.eos_token_id
-    if eos is None:
+    if eos is None and any(s in SPECIALS for s in symbols):     # a task of bare symbols (pruning) needs none
         raise ModelPathError(where, "its tokenizer has no end-of-sequence token (eos_token), which ends every "
                                     "answer of the task")
     bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else eos
@@ -129,7 +130,9 @@ def token_ids(tokenizer, symbols: list, vocab_size: int, where) -> list:
     if len(used) != len(ids) or clash:
         raise ModelPathError(where, "its tokenizer gives two task characters (or a character and <bos>/<eos>) "
                                     f"the same token{' (' + ' '.join(map(repr, clash)) + ')' if clash else ''}")
-    taken = used | {bos, eos}
+    taken = used | ({bos, eos} - {None})
+    if not any(s in SPECIALS for s in symbols):
+        return [ids[i] for i in range(len(symbols))]
     pad = next((t for t in (tokenizer.pad_token_id, tokenizer.unk_token_id)
                 if t is not None and t not in taken and t < vocab_size),
                None)
@@ -145,7 +148,7 @@ def check_model_path(task: Task) -> ModelInfo:
     build, or its vocabulary cannot encode the task's characters."""
     where = task.model_path
     if task.name not in OWN_MODEL_TASKS:
-        more = " (planned; not done yet)" if task.name in PLANNED else ""
+        more = " (not supported yet: planned)" if task.name in PLANNED else ""
         raise ModelPathError(where, f"task {task.name} does not take task.model_path{more}; tasks that do: "
                                     f"{', '.join(OWN_MODEL_TASKS)}")
     expected = ("expected a Hugging Face model folder as save_pretrained writes it: config.json, the weights "

@@ -11,6 +11,11 @@ model's bit for bit. The dense model is the committed
 artifact in repos_frozen/pruning/artifacts, checked against the sha256 stored here. An invalid
 checkpoint evaluates to NaN, which the harness records as invalid (score 0), with the reason
 printed to the evaluation log. This module imports nothing from the repo.
+
+Your own model (task.model_path, ai4ai.models): the pristine repo's build_model marks it with
+`dense_file`, the dense weights of its derived repo (byom/dense.safetensors, made once by its
+prepare step and checked against byom/SHA256SUMS beside it); its prunable tensors are the weights
+of every linear layer (nn.Linear, Conv1D) but the LM head, found here from the model's modules.
 """
 from __future__ import annotations
 
@@ -51,6 +56,7 @@ if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shr
     PRETRAIN_FULL_SEQUENCES = 640
 
 _last_dense = "dense_small"     # the dense model of the last model seen (anchors pass cfg=None)
+_last_own = None                # ... and, for your own model, (its dense file, a copy of that model)
 
 
 def _secrets() -> dict:
@@ -87,6 +93,51 @@ def dense_state(dense: str) -> dict:
     return load(raw)
 
 
+# --------------------------------------------------------------------------- your own model
+
+def _own_file(model: torch.nn.Module | None) -> str | None:
+    """The dense file of your own model (set by the pristine build_model); None: the repo's GPT."""
+    return getattr(model, "dense_file", None) if model is not None else None
+
+
+@functools.lru_cache(maxsize=2)
+def own_dense_state(path: str) -> dict:
+    """name -> tensor of your own model's dense weights, after checking their sha256."""
+    from safetensors.torch import load
+    path = Path(path)
+    raw = path.read_bytes()
+    sums = dict(reversed(line.split()) for line in (path.parent / "SHA256SUMS").read_text().splitlines())
+    if hashlib.sha256(raw).hexdigest() != sums.get(path.name):
+        raise RuntimeError(f"{path}: sha256 differs from {path.parent / 'SHA256SUMS'}")
+    return load(raw)
+
+
+def own_prunable(model: torch.nn.Module) -> set:
+    """The prunable tensors of your own model: the weights of its linear layers but the LM head."""
+    from transformers.pytorch_utils import Conv1D
+    head = model.lm.get_output_embeddings()
+    return {f"{n}.weight" for n, m in model.named_modules()
+            if isinstance(m, (torch.nn.Linear, Conv1D)) and m is not head}
+
+
+def _remember(model: torch.nn.Module | None) -> None:
+    """Note the last model seen (best_attainable gets none): its dense file and a copy to load it into."""
+    global _last_own
+    if model is not None:
+        f = _own_file(model)
+        if f is None:
+            _last_own = None
+        elif _last_own is None or _last_own[0] != f:     # one copy per dense file: its weights are replaced
+            _last_own = (f, copy.deepcopy(model).cpu())
+
+
+def _own_dense_model(device="cpu") -> torch.nn.Module:
+    f, shell = _last_own
+    model = copy.deepcopy(shell)
+    model.load_state_dict(own_dense_state(f), strict=False)
+    return model.to(device).eval()
+
+
 def _dense_name(model: torch.nn.Module | None, cfg) -> str:
     global _last_dense
     if isinstance(cfg, dict) and cfg.get("scale") in SCALE_DENSE:
@@ -112,7 +163,10 @@ def dense_model(dense: str, device="cpu") -> torch.nn.Module:
 
 def check_pruned(model: torch.nn.Module, cfg=None) -> list[str]:
     """Why `model` is not a valid pruning of the dense model (empty list: valid)."""
-    dense = dense_state(_dense_name(model, cfg))
+    own = _own_file(model)
+    _remember(model)
+    dense = own_dense_state(own) if own else dense_state(_dense_name(model, cfg))
+    prunable = own_prunable(model) if own else {n for n in dense if is_prunable(n)}
     params = dict(model.named_parameters())
     if set(params) != set(dense):
         return [f"parameter names differ from the dense model's ({sorted(set(params) ^ set(dense))[:5]})"]
@@ -121,7 +175,7 @@ def check_pruned(model: torch.nn.Module, cfg=None) -> list[str]:
         t = p.detach().cpu()
         if t.shape != dense[name].shape or t.dtype != torch.float32:
             problems.append(f"{name}: {t.dtype}{list(t.shape)}, expected float32{list(dense[name].shape)}")
-        elif is_prunable(name):
+        elif name in prunable:
             nonzero += int(torch.count_nonzero(t))
             total += t.numel()
             changed = int(((t != 0) & (t.view(torch.int32) != dense[name].view(torch.int32))).sum())
@@ -161,7 +215,9 @@ def _nll(model: torch.nn.Module, tokens: np.ndarray, batch: int = 128) -> np.nda
 
 def _valid(model: torch.nn.Module, cfg) -> bool:
     if _is_no_information(model):
-        _dense_name(model, cfg)
+        _remember(model)
+        if not _own_file(model):
+            _dense_name(model, cfg)
         return True
     problems = check_pruned(model, cfg)
     for p in problems:
@@ -181,14 +237,17 @@ def evaluate_with_noise(model: torch.nn.Module, split: np.ndarray, cfg=None) -> 
     if not _valid(model, cfg):
         return float("nan"), float("nan")
     nll = _nll(model, split)
-    dense = dense_model(_dense_name(model, cfg), next(model.parameters()).device)
+    device = next(model.parameters()).device
+    dense = _own_dense_model(device) if _own_file(model) else dense_model(_dense_name(model, cfg), device)
     excess = nll - _nll(dense, split)
     return math.exp(float(nll.mean())), float(excess.std(ddof=1) / math.sqrt(len(excess)))
 
 
 def uninformative(model: torch.nn.Module) -> torch.nn.Module:
     """The no-information model: every parameter zero, so the logits are all 0 (perplexity = VOCAB)."""
-    _dense_name(model, None)
+    _remember(model)
+    if not _own_file(model):
+        _dense_name(model, None)
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
@@ -196,8 +255,10 @@ def uninformative(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def best_attainable(split: np.ndarray, cfg=None) -> float:
-    """The dense model's perplexity on the same text (pruning can at best keep it)."""
-    return math.exp(float(_nll(dense_model(_dense_name(None, cfg)), split).mean()))
+    """The dense model's perplexity on the same text (pruning can at best keep it); of your own model's
+    dense weights when the last model seen was yours (anchors pass no model)."""
+    dense = _own_dense_model() if _last_own is not None else dense_model(_dense_name(None, cfg))
+    return math.exp(float(_nll(dense, split).mean()))
 
 
 # --------------------------------------------------------------------------- data

@@ -1,6 +1,8 @@
 """Vocabulary, sequence layout, and per-scale sizes and budgets. Protected: the grader reads the same file."""
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 # ---------------------------------------------------------------- vocabulary (character level)
 PAD, BOS, SEP, EOS = 0, 1, 2, 3
@@ -15,6 +17,18 @@ PROMPT_W = MAX_ITEMS + 5                    # <pad>.. <bos> f g o x_1..x_L =   (
 ANSWER_W = MAX_ITEMS + 1                    # y_1..y_K <eos>             (stored right-padded with <pad>)
 MAX_NEW = ANSWER_W                          # greedy decoding stops at <eos> or after this many tokens
 N_POSITIONS = PROMPT_W + ANSWER_W           # 20
+
+# ---------------------------------------------------------------- your own model (README, "Your own model")
+# The harness writes byom/ with the model's config, tokenizer and vocab.json, which gives the model's
+# token for each task token: SYMBOLS[i] is task token i (a special or one character), TOKEN_IDS[i] its
+# id in the model's vocabulary. Everything else stays in the task's ids (files, teacher, VOCAB): the
+# student (model.build_model) maps its input through TOKEN_IDS and answers over the task's VOCAB tokens.
+SYMBOLS = TOKENS
+SEQ_LEN = N_POSITIONS
+BYOM = Path(__file__).resolve().parent / "byom"
+TOKEN_IDS = None
+if (BYOM / "vocab.json").exists():
+    TOKEN_IDS = [int(i) for i in json.loads((BYOM / "vocab.json").read_text())["token_ids"]]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from checkpoint import save_checkpoint
 from config import VOCAB
 from data import TrainingSplit, join
-from model import build_model
+from model import build_model, load_base
 from teacher import Teacher
 
 # Swept at smoke (validation exact match, best of the last three checkpoints): peak LR with weight
@@ -57,7 +57,7 @@ print(f"distilled {len(tokens)} prompts with {teacher.used:,} teacher tokens "
       f"({time.time() - t0:.1f}s)", flush=True)
 
 # ----------------------------------------------------------------------------- student
-model = build_model(args.scale).to(device)
+model = load_base(build_model(args.scale)).to(device)     # your own model: its pretrained weights (README)
 optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.98), weight_decay=WEIGHT_DECAY)
 steps_per_epoch = len(tokens) // BATCH_SIZE
 total_steps = EPOCHS * steps_per_epoch

@@ -1,6 +1,8 @@
 """Per-scale model size, sparsity and calibration budget. Protected: the grader uses the same values."""
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 VOCAB = 32          # symbols of the source; the text is symbol-level, no tokenizer
 SEQ_LEN = 64        # every pretraining, calibration, validation and test sequence is this long
@@ -12,6 +14,18 @@ SEQ_LEN = 64        # every pretraining, calibration, validation and test sequen
 # tensor stays exactly (bit for bit) as in the dense model.
 SPARSITY = 0.75
 PRUNABLE = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+# Your own model (README, "Your own model"): the harness writes byom/ with the model's config,
+# tokenizer and vocab.json, which gives the model's token for each of the 32 symbols: SYMBOLS[i] is
+# symbol i written as a character (the base-32 digits), TOKEN_IDS[i] its id in the model's
+# vocabulary. The files keep the symbols; the model (model.build_model) maps its input through
+# TOKEN_IDS and predicts over the 32 symbols. Its prunable tensors are the weights of every linear
+# layer (nn.Linear, GPT-2's Conv1D) but the LM head: model.prunable_parameters.
+SYMBOLS = list("0123456789ABCDEFGHIJKLMNOPQRSTUV")
+BYOM = Path(__file__).resolve().parent / "byom"
+TOKEN_IDS = None
+if (BYOM / "vocab.json").exists():
+    TOKEN_IDS = [int(i) for i in json.loads((BYOM / "vocab.json").read_text())["token_ids"]]
 
 
 @dataclass(frozen=True)
@@ -50,5 +64,6 @@ def get_scale(name: str) -> Scale:
 
 
 def is_prunable(name: str) -> bool:
-    """Whether parameter `name` (e.g. transformer.h.0.mlp.c_fc.weight) counts toward the sparsity."""
+    """Whether parameter `name` (e.g. transformer.h.0.mlp.c_fc.weight) of the repo's GPT counts toward
+    the sparsity (your own model's: model.prunable_parameters)."""
     return name.startswith("transformer.h.") and name.endswith(PRUNABLE)

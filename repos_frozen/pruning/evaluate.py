@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from config import SPARSITY, is_prunable
+from config import SPARSITY
 from data import load_sequences
-from model import build_model, dense_state, next_token_nll
+from model import build_model, dense_state, next_token_nll, prunable_parameters
 
 
 def load_checkpoint(path: str, scale: str) -> torch.nn.Module:
@@ -31,10 +31,11 @@ def load_checkpoint(path: str, scale: str) -> torch.nn.Module:
 def check_pruned(model: torch.nn.Module, scale: str) -> list:
     """Why `model` is not a valid pruning of the dense model of `scale` (empty list: valid)."""
     dense = dense_state(scale)
+    prunable = set(prunable_parameters(model))
     problems, nonzero, total = [], 0, 0
     for name, p in model.named_parameters():
         t = p.detach().float().cpu()
-        if is_prunable(name):
+        if name in prunable:
             nonzero += int(torch.count_nonzero(t))
             total += t.numel()
             if ((t != 0) & (t.view(torch.int32) != dense[name].view(torch.int32))).any():

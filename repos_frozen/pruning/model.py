@@ -1,18 +1,54 @@
-"""The model: a small GPT-2 built from a config, and the prepared dense weights. Protected."""
+"""The model: a small GPT-2 built from a config, and the prepared dense weights. Protected.
+
+With your own model (byom/, see README) it is that model's architecture, built from its config
+(byom/model/config.json) and wrapped in `OwnLM`, which speaks the 32 symbols; the dense weights
+are byom/dense.safetensors (prepare.py --own-model)."""
 import hashlib
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load
 
-from config import SEQ_LEN, VOCAB, get_scale, is_prunable
-from transformers import GPT2Config, GPT2LMHeadModel
+from config import BYOM, SEQ_LEN, TOKEN_IDS, VOCAB, get_scale, is_prunable
+from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.pytorch_utils import Conv1D
 
 REPO = Path(__file__).resolve().parent
 
 
-def build_model(scale: str) -> GPT2LMHeadModel:
-    """GPT-2 for `scale`, fp32, random init, input and output embeddings tied, no dropout."""
+class OwnLM(torch.nn.Module):
+    """Your own causal LM (`lm`) over the task's symbols: symbol ids in (mapped to the model's tokens
+    through TOKEN_IDS, a buffer that is not saved), next-symbol logits [.., VOCAB] out: the model's
+    logits of the 32 symbols' tokens (the rows of its LM head for them). Other arguments go to the
+    model; `labels` (symbol ids) gives the shifted next-token loss. `dense_file` tells the grader
+    which dense weights this model was pruned from."""
+
+    def __init__(self, lm: torch.nn.Module, token_ids: list):
+        super().__init__()
+        self.lm = lm
+        self.config = lm.config
+        self.dense_file = str(BYOM / "dense.safetensors")
+        self.register_buffer("token_ids", torch.tensor(token_ids, dtype=torch.long), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, **kw) -> CausalLMOutputWithPast:
+        if "past_key_values" in kw:         # the older name of transformers' `cache`
+            kw["cache"] = kw.pop("past_key_values")
+        out = self.lm(input_ids=self.token_ids[input_ids], **kw)
+        logits = out.logits[..., self.token_ids]
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1))
+        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)
+
+
+def build_model(scale: str) -> torch.nn.Module:
+    """GPT-2 for `scale`, fp32, random init, input and output embeddings tied, no dropout. With your
+    own model: its architecture (byom/model), fp32, random init, the same at every scale (OwnLM)."""
+    if TOKEN_IDS is not None:
+        cfg = AutoConfig.from_pretrained(BYOM / "model", local_files_only=True)
+        return OwnLM(AutoModelForCausalLM.from_config(cfg).float(), TOKEN_IDS)
     s = get_scale(scale)
     cfg = GPT2Config(
         vocab_size=VOCAB, n_positions=SEQ_LEN, n_embd=s.n_embd, n_layer=s.n_layer,
@@ -23,6 +59,8 @@ def build_model(scale: str) -> GPT2LMHeadModel:
 
 
 def dense_path(scale: str) -> Path:
+    if TOKEN_IDS is not None:
+        return BYOM / "dense.safetensors"
     return REPO / "artifacts" / f"{get_scale(scale).dense}.safetensors"
 
 
@@ -32,13 +70,13 @@ def dense_state(scale: str) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python prepare.py --scale {scale}`")
     raw = path.read_bytes()
-    sums = dict(reversed(line.split()) for line in (REPO / "artifacts" / "SHA256SUMS").read_text().splitlines())
+    sums = dict(reversed(line.split()) for line in (path.parent / "SHA256SUMS").read_text().splitlines())
     if hashlib.sha256(raw).hexdigest() != sums.get(path.name):
-        raise RuntimeError(f"{path}: checksum does not match artifacts/SHA256SUMS")
+        raise RuntimeError(f"{path}: checksum does not match {path.parent.name}/SHA256SUMS")
     return load(raw)
 
 
-def load_dense(scale: str) -> GPT2LMHeadModel:
+def load_dense(scale: str) -> torch.nn.Module:
     """The dense model every pruning run starts from."""
     model = build_model(scale)
     model.load_state_dict(dense_state(scale), strict=False)   # lm_head.weight is tied to wte
@@ -47,7 +85,13 @@ def load_dense(scale: str) -> GPT2LMHeadModel:
 
 def prunable_parameters(model: torch.nn.Module) -> dict:
     """name -> parameter of the tensors that count toward the sparsity target (the Conv1D weights
-    of attention and MLP; GPT-2's Conv1D stores them as [in_features, out_features])."""
+    of attention and MLP; GPT-2's Conv1D stores them as [in_features, out_features]). Your own
+    model's: the weight of every linear layer (nn.Linear, Conv1D) but its LM head, in module order
+    (nn.Linear stores [out_features, in_features])."""
+    if isinstance(model, OwnLM):
+        head = model.lm.get_output_embeddings()
+        return {f"{n}.weight": m.weight for n, m in model.named_modules()
+                if isinstance(m, (torch.nn.Linear, Conv1D)) and m is not head}
     return {n: p for n, p in model.named_parameters() if is_prunable(n)}
 
 
