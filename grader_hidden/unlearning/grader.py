@@ -26,7 +26,7 @@ from . import source
 HERE = Path(__file__).resolve().parent
 ARTIFACTS = HERE.parent.parent / "repos_frozen" / "unlearning" / "artifacts"
 # the prepared models the bound is relative to, pinned (ci and smoke share memorised_small)
-ARTIFACT_SHA256 = {"memorised_small": "94de9e9080f168d1fd47aafd0b6db9ce42eeb45d5e1baa5b646110e9ed9e7993"}
+ARTIFACT_SHA256 = {"memorised_small": "e6a59782b1c7a581266e23c0056101ef05a93f59976a151ff2510e5f95e683e2"}
 PPL_BOUND = 1.5            # general-text perplexity above 1.5 x the prepared model's scores 0
 TEXT_SEQUENCES = {"selection": 256, "test": 512, "validation": 256}
 # sizes in facts (forget + held-out retain)
@@ -79,9 +79,9 @@ def _correct(model: torch.nn.Module, facts: np.ndarray, batch: int = 1024) -> np
     out = []
     for i in range(0, len(x), batch):
         b = x[i:i + batch]
-        h = model.transformer(input_ids=b[:, :3]).last_hidden_state[:, -1]
+        h = model.transformer(input_ids=b[:, :source.VALUE_POS]).last_hidden_state[:, -1]
         logits = model.lm_head(h).double()
-        ok = (logits.argmax(-1) == b[:, 3]) & torch.isfinite(logits).all(-1)
+        ok = (logits.argmax(-1) == b[:, source.VALUE_POS]) & torch.isfinite(logits).all(-1)
         out.append(ok.cpu().numpy())
     return np.concatenate(out).astype(np.float64)
 

@@ -1,6 +1,6 @@
 """The data and the prepared model: checksummed files, and a metered training interface. Protected.
 
-Training sees two sets of facts ([N, 4] int64 rows: newline, attribute, entity, value):
+Training sees two sets of facts ([N, 8] int64 rows: newline, the fact's five-symbol name, entity, value):
   forget   the facts to unlearn (every one of them is scored)
   retain   a subset of the facts to keep (the grader also scores retain facts you never see)
 `UnlearningData` serves them by index and meters what it serves: one run may draw at most
@@ -62,8 +62,8 @@ class UnlearningData:
     """The forget set and the visible retain subset, served by index and metered."""
 
     def __init__(self, scale: str):
-        self.forget = load_array("forget")          # [6000, 4]
-        self.retain = load_array("retain")          # [1000, 4]
+        self.forget = load_array("forget")          # [6000, 8]
+        self.retain = load_array("retain")          # [1000, 8]
         self.budget = get_scale(scale).budget_examples
         self.served = 0
 
@@ -78,9 +78,9 @@ class UnlearningData:
         return rows[idx]
 
     def get_forget(self, idx: torch.Tensor) -> torch.Tensor:
-        """Forget facts at `idx` ([B] int64) -> [B, 4]; counts B against the budget."""
+        """Forget facts at `idx` ([B] int64) -> [B, 8]; counts B against the budget."""
         return self._serve(self.forget, idx)
 
     def get_retain(self, idx: torch.Tensor) -> torch.Tensor:
-        """Visible retain facts at `idx` ([B] int64) -> [B, 4]; counts B against the budget."""
+        """Visible retain facts at `idx` ([B] int64) -> [B, 8]; counts B against the budget."""
         return self._serve(self.retain, idx)

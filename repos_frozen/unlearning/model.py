@@ -20,7 +20,7 @@ def build_model(scale: str) -> GPT2LMHeadModel:
 
 
 def value_logits(model: torch.nn.Module, facts: torch.Tensor) -> torch.Tensor:
-    """Logits over every symbol for each fact's value, from its prompt. facts: [B, 4] -> [B, VOCAB].
+    """Logits over every symbol for each fact's value, from its prompt. facts: [B, FACT_LEN] -> [B, VOCAB].
 
     Greedy completion of a fact = argmax of these logits (the value is a single symbol).
     """

@@ -7,6 +7,12 @@ grader writes (`prepare_data`): every fact of the task (forget, retain and the h
 facts) and a general-text corpus. It is not in this repo, because it would reveal the held-out
 facts; the result is committed as artifacts/<artifact>.safetensors with its sha256 in
 artifacts/SHA256SUMS (ci and smoke share `memorised_small`).
+
+The loss is on the value only (never on a fact's name), so the prepared model cannot be made to
+write out the names it memorised. Alongside the facts it sees prompts that are not facts, a fact's
+name with some of its symbols changed or paired with another entity, and learns to answer them
+UNKNOWN: it answers a fact only for its exact name and entity, so a near miss of a name earns no
+hint that it is close.
 """
 import argparse
 import hashlib
@@ -18,7 +24,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from config import PREPARE, VALUE_POS, get_scale
+from config import N_ENTITIES, N_NAME_SYMBOLS, NAME0, NAME_LEN, PREPARE, UNKNOWN, VALUE_POS, get_scale
 from model import build_model, text_nll, value_logits
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -39,14 +45,36 @@ model = build_model(args.scale).to(device)
 opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98), weight_decay=0.0)
 gen = torch.Generator().manual_seed(0)
 warmup = recipe.steps // 20
+ENT = VALUE_POS - 1                     # the entity's index in a fact
+
+
+def negatives(rows: torch.Tensor) -> torch.Tensor:
+    """Prompts near facts that are not facts: half with another entity, half with 1..NAME_LEN of the
+    name's symbols changed (each to a different symbol); their value is UNKNOWN."""
+    rows = rows.clone()
+    n = len(rows)
+    other = torch.rand(n, generator=gen) < 0.5
+    shift = torch.randint(1, N_ENTITIES, (n,), generator=gen).to(device)
+    ent0 = facts[:, ENT].min()
+    rows[other, ENT] = ent0 + (rows[other, ENT] - ent0 + shift[other]) % N_ENTITIES
+    change = torch.rand(n, NAME_LEN, generator=gen) < torch.rand(n, 1, generator=gen)   # a random share
+    change[torch.arange(n), torch.randint(0, NAME_LEN, (n,), generator=gen)] = True     # at least one
+    change &= ~other[:, None]
+    step = torch.randint(1, N_NAME_SYMBOLS, (n, NAME_LEN), generator=gen).to(device)
+    name = rows[:, 1:1 + NAME_LEN] - NAME0
+    rows[:, 1:1 + NAME_LEN] = NAME0 + torch.where(change.to(device), (name + step) % N_NAME_SYMBOLS, name)
+    rows[:, VALUE_POS] = UNKNOWN
+    return rows
 
 
 @torch.no_grad()
 def report(step: int, t0: float) -> None:
     acc = (value_logits(model, facts).argmax(-1) == facts[:, VALUE_POS]).float().mean().item()
+    neg = negatives(facts[:2048])
+    unk = (value_logits(model, neg).argmax(-1) == UNKNOWN).float().mean().item()
     ppl = math.exp(text_nll(model, text[:512]).mean().item())
-    print(f"step {step}/{recipe.steps} fact accuracy {acc:.4f} text perplexity {ppl:.3f} "
-          f"elapsed {time.time() - t0:.1f}s", flush=True)
+    print(f"step {step}/{recipe.steps} fact accuracy {acc:.4f} near misses answered unknown {unk:.4f} "
+          f"text perplexity {ppl:.3f} elapsed {time.time() - t0:.1f}s", flush=True)
 
 
 t0 = time.time()
@@ -57,6 +85,8 @@ for step in range(recipe.steps):
         g["lr"] = lr
     fb = facts[torch.randint(0, len(facts), (recipe.fact_batch,), generator=gen)]
     tb = text[torch.randint(0, len(text), (recipe.text_batch,), generator=gen)]
+    if recipe.negative_batch:
+        fb = torch.cat([fb, negatives(facts[torch.randint(0, len(facts), (recipe.negative_batch,), generator=gen)])])
     loss = torch.nn.functional.cross_entropy(value_logits(model, fb), fb[:, VALUE_POS]) + text_nll(model, tb).mean()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

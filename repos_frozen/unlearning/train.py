@@ -21,9 +21,13 @@ from config import VALUE_POS
 from data import UnlearningData, load_prepared
 from model import build_model, value_logits
 
-LR = 5e-5            # sweep at smoke: 1e-3 collapses in 50 steps; 1e-4 and 5e-5 peak at the same metric
+# Sweep at smoke on the prepared model of the secret-name design (seed 0, validation metric every 20
+# steps at LR 5e-5): 20 -> 0.19, 40 -> 0.46, 60 -> 0.40, 80 -> 0.11, 100 -> 0.02, 120 on 0 (forget and
+# retain facts fall together, then the perplexity bound); the old design's 150 steps collapse it.
+LR = 5e-5
 BATCH_SIZE = 32      # forget facts per step
-STEPS = 150          # gradient-ascent steps (fewer when the scale's budget is smaller): the peak at 5e-5
+STEPS = 50           # gradient-ascent steps (fewer when the scale's budget is smaller): the last three
+                     # checkpoints (40, 45, 50) bracket the peak
 N_SAVES = 10         # checkpoints over the run (the last three are kept; the grader picks among them)
 
 # ----------------------------------------------------------------------------- setup
@@ -55,7 +59,7 @@ for step in range(total_steps):
     if start + BATCH_SIZE > len(perm):              # a new epoch: reshuffle
         perm = torch.randperm(len(data.forget), generator=order)
         start = 0
-    batch = data.get_forget(perm[start:start + BATCH_SIZE]).to(device)        # [B, 4]
+    batch = data.get_forget(perm[start:start + BATCH_SIZE]).to(device)        # [B, 8]
     ce = torch.nn.functional.cross_entropy(value_logits(model, batch), batch[:, VALUE_POS])
     (-ce).backward()                                                           # ascend the forget loss
     optimizer.step()

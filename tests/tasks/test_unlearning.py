@@ -87,8 +87,8 @@ def test_committed_data_regenerates_and_matches_config(grader, S, tmp_path):
     assert listed == sums
     assert np.array_equal(np.load(data / "val_retain.npy"), grader.split("validation")["retain"])
     cfg = ast.parse((REPO / "config.py").read_text())
-    names = ("NEWLINE", "SPACE", "LETTER0", "N_LETTERS", "ATTR0", "N_ATTRS", "VALUE0", "N_VALUES", "ENTITY0",
-             "N_ENTITIES", "TEXT_LEN")
+    names = ("NEWLINE", "SPACE", "LETTER0", "N_LETTERS", "UNKNOWN", "NAME0", "N_NAME_SYMBOLS", "NAME_LEN",
+             "VALUE0", "N_VALUES", "ENTITY0", "N_ENTITIES", "FACTS_PER_ENTITY", "TEXT_LEN")
     consts = {}
     for n in cfg.body:
         if isinstance(n, ast.Assign):
@@ -100,7 +100,7 @@ def test_committed_data_regenerates_and_matches_config(grader, S, tmp_path):
     assert consts == {k: getattr(S, k) for k in names}
 
 
-def test_splits_are_disjoint_and_hide_the_held_out_facts(grader):
+def test_splits_are_disjoint_and_hide_the_held_out_facts(grader, S):
     sel, test, val = grader.split("selection"), grader.split("test"), grader.split("validation")
     visible = {tuple(r) for r in np.load(REPO / "data" / "retain.npy")}
     forget = {tuple(r) for r in np.load(REPO / "data" / "forget.npy")}
@@ -113,12 +113,16 @@ def test_splits_are_disjoint_and_hide_the_held_out_facts(grader):
     assert len(hidden) == 4500 and visible <= sets["test"]
     for s in sets.values():
         assert not (s & forget)
-    # held-out retain facts include other attributes of entities whose facts are forgotten
-    forget_entities = {r[2] for r in forget}
-    assert sum(r[2] in forget_entities for r in hidden) > 2000
-    # facts are distinct (entity, attribute) pairs
+    # held-out retain facts include other facts of entities whose facts are forgotten
+    ent = S.VALUE_POS - 1
+    forget_entities = {r[ent] for r in forget}
+    assert sum(r[ent] in forget_entities for r in hidden) > 2000
+    # every fact has its own name (distinct over all facts): no held-out name is among the visible ones
     allf = forget | visible | sets["sel"] | sets["test"] | sets["val"]
-    assert len({(r[1], r[2]) for r in allf}) == len(allf) == 12000
+    assert len({r[1:ent] for r in allf}) == len(allf) == 12000
+    shown = {r[1:ent] for r in forget | visible}
+    assert not any(r[1:ent] in shown for r in hidden)
+    assert all(S.NAME0 <= s < S.NAME0 + S.N_NAME_SYMBOLS for r in allf for s in r[1:ent])
 
 
 def test_prepared_artifact_is_pinned_and_memorised(G, grader, val):
@@ -129,6 +133,26 @@ def test_prepared_artifact_is_pinned_and_memorised(G, grader, val):
     d = grader.details(_prepared(), val)
     assert d["forget_acc"] > 0.95 and d["retain_acc"] > 0.95 and d["valid"]
     assert d["ppl"] == pytest.approx(d["ref_ppl"])
+
+
+def test_prepared_model_answers_prompts_that_are_not_facts_unknown(grader, S):
+    """A prompt that is not a fact is mostly answered UNKNOWN and hardly ever with the fact's value: a
+    held-out fact's entity with a random name, or its name with another entity (measured: UNKNOWN
+    83% and 85%, the value 2% and 0.3%). So made-up prompts do not reveal held-out facts."""
+    facts = grader.split("test")["retain"][:2000].astype(np.int64)
+    rng = np.random.default_rng(0)
+    ent = S.VALUE_POS - 1
+    random_name = facts.copy()
+    random_name[:, 1:ent] = S.NAME0 + rng.integers(0, S.N_NAME_SYMBOLS, (len(facts), S.NAME_LEN))
+    other = facts.copy()
+    other[:, ent] = S.ENTITY0 + (other[:, ent] - S.ENTITY0 + rng.integers(1, S.N_ENTITIES, len(other))) % S.N_ENTITIES
+    m = _prepared()
+    with torch.no_grad():
+        for rows, value_share in ((random_name, 0.05), (other, 0.01)):
+            x = torch.from_numpy(rows[:, :S.VALUE_POS])
+            answer = m.lm_head(m.transformer(input_ids=x).last_hidden_state[:, -1]).argmax(-1).numpy()
+            assert (answer == S.UNKNOWN).mean() > 0.75
+            assert (answer == facts[:, S.VALUE_POS]).mean() < value_share
 
 
 def test_metric_formula(grader):
@@ -146,7 +170,7 @@ def test_metric_formula(grader):
 
 def test_unchanged_prepared_model_scores_about_zero(grader, val):
     raw, se = grader.evaluate_with_noise(_prepared(), val)
-    assert 0.0 <= raw < 0.05 and 0.0 <= se < 0.05
+    assert 0.0 <= raw < 0.1 and 0.0 <= se < 0.05           # recalls ~97%: efficacy ~0.03, metric ~0.06
 
 
 def test_uninformative_model_scores_zero(grader, val):
@@ -169,13 +193,13 @@ def test_collapsed_model_is_zero_by_the_perplexity_bound(grader, val):
     assert grader.evaluate(m, val) == 0.0
 
 
-def test_degenerate_models_do_not_beat_the_shipped_baseline(grader, val):
+def test_degenerate_models_do_not_beat_the_shipped_baseline(grader, val, S):
     base = _baseline()
     cases = {}
     m = _prepared()                                      # constant answer: one value symbol everywhere
     with torch.no_grad():
         m.transformer.ln_f.weight.zero_()
-        m.transformer.ln_f.bias.copy_(m.transformer.wte.weight[34] * 100)
+        m.transformer.ln_f.bias.copy_(m.transformer.wte.weight[S.VALUE0] * 100)
     cases["constant"] = m
     m = _prepared()                                      # empty: always the newline symbol
     with torch.no_grad():
