@@ -8,6 +8,7 @@ Training sees two sets of facts ([N, 8] int64 rows: newline, the fact's five-sym
 """
 import hashlib
 import io
+import os
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,16 @@ class UnlearningData:
     def remaining(self) -> int:
         return self.budget - self.served
 
+    @property
+    def n_forget(self) -> int:
+        """Facts in the forget set (indices 0 .. n_forget - 1)."""
+        return len(self.forget)
+
+    @property
+    def n_retain(self) -> int:
+        """Visible retain facts (indices 0 .. n_retain - 1)."""
+        return len(self.retain)
+
     def _serve(self, rows: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         if self.served + len(idx) > self.budget:
             raise BudgetExhausted(f"budget of {self.budget} facts is spent")
@@ -84,3 +95,11 @@ class UnlearningData:
     def get_retain(self, idx: torch.Tensor) -> torch.Tensor:
         """Visible retain facts at `idx` ([B] int64) -> [B, 8]; counts B against the budget."""
         return self._serve(self.retain, idx)
+
+
+if os.environ.get("AI4AI_METER"):
+    # A graded run: the fact files are not in this copy of the repo. The grader's meter, a process
+    # outside the training sandbox, holds them and serves UnlearningData with this same API
+    # (get_forget, get_retain, n_forget, n_retain and the counts; not the raw arrays).
+    from ai4ai_meter import remote
+    UnlearningData = remote(UnlearningData)

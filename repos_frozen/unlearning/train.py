@@ -47,17 +47,17 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.999), wei
 total_steps = min(STEPS, data.budget // BATCH_SIZE)
 save_every = max(1, total_steps // N_SAVES)
 order = torch.Generator().manual_seed(args.seed)
-print(f"gradient ascent on {len(data.forget)} forget facts: {total_steps} steps of {BATCH_SIZE}", flush=True)
+print(f"gradient ascent on {data.n_forget} forget facts: {total_steps} steps of {BATCH_SIZE}", flush=True)
 
 # ----------------------------------------------------------------------------- loop
 t0 = time.time()
-perm = torch.randperm(len(data.forget), generator=order)
+perm = torch.randperm(data.n_forget, generator=order)
 for step in range(total_steps):
     if time.time() - t0 > args.budget_s:
         break
     start = (step * BATCH_SIZE) % len(perm)
     if start + BATCH_SIZE > len(perm):              # a new epoch: reshuffle
-        perm = torch.randperm(len(data.forget), generator=order)
+        perm = torch.randperm(data.n_forget, generator=order)
         start = 0
     batch = data.get_forget(perm[start:start + BATCH_SIZE]).to(device)        # [B, 8]
     ce = torch.nn.functional.cross_entropy(value_logits(model, batch), batch[:, VALUE_POS])
