@@ -23,7 +23,7 @@ from ai4ai.submission import Submission
 from .conftest import CI, grade_setup, needs_bwrap, run_py, write_patch
 
 METERED = [t for t in ("optimizer", "sft", "dpo", "reward_model", "pruning", "graph_diffusion", "distillation",
-                       "agentic_rl", "diffusion_rl") if load_task(t).meter is not None]
+                       "agentic_rl", "diffusion_rl", "unlearning") if load_task(t).meter is not None]
 
 # From inside the training sandbox: every file anywhere that has a held file's name, and what the
 # served objects answer to what they do not serve.
@@ -83,6 +83,9 @@ ATTEMPTS = {
                     "e.charge(-10**9)", "e._prepaid",
                     # levels for free, to solve elsewhere: each sampled level prepays a whole episode
                     "e.sample_levels(e.budget // e.scale.max_steps)"]),
+    "unlearning": ("from data import UnlearningData\nd = UnlearningData('ci')",
+                   ["d.forget", "d.retain", "UnlearningData('smoke')", "__import__('data').load_array('forget')",
+                    "d.get_forget(torch.arange(d.budget + 1))"]),
     "diffusion_rl": ("from env import Judge\nj = Judge('ci')",
                      ["j._scorer", "Judge('smoke')", "__import__('reward').load_scorer()",
                       "j.rewards(torch.zeros(j.budget + 1, 64))"]),
