@@ -32,7 +32,8 @@ import struct
 import sys
 import threading
 
-MAX_FRAME = 512 << 20          # bytes of one frame, either way
+MAX_FRAME = 64 << 20           # bytes of one frame, either way (a batch of teacher logits is a few MB)
+MAX_CONNECTIONS = 8             # open at once (a training process and its forked workers)
 MAX_DEPTH = 16                  # nesting of a decoded value
 MAX_ITEMS = 1 << 16             # list items, dict keys or arrays in one frame
 MAX_OBJECTS = 256               # objects (e.g. a batch of episodes) kept per class; the oldest go first
@@ -473,11 +474,13 @@ def serve(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(sock_path)
-    os.chmod(sock_path, 0o777)          # the training sandbox's user connects
+    listener.bind(sock_path + ".new")
+    os.chmod(sock_path + ".new", 0o777)     # the training sandbox's user connects
     listener.listen(16)
+    os.rename(sock_path + ".new", sock_path)  # the path appears only once it accepts (serving waits for it)
     listener.settimeout(0.2)
     print("meter ready", flush=True)
+    live: list = []
     while not stop.is_set():
         try:
             conn, _ = listener.accept()
@@ -485,7 +488,14 @@ def serve(argv: list[str]) -> None:
             continue
         except OSError:
             break
-        threading.Thread(target=_serve_connection, args=(server, conn), daemon=True).start()
+        live = [t for t in live if t.is_alive()]
+        if len(live) >= MAX_CONNECTIONS:        # the host's memory is not the submission's to spend
+            _reply_error(conn, MeterError(f"at most {MAX_CONNECTIONS} connections to the meter at once"))
+            conn.close()
+            continue
+        t = threading.Thread(target=_serve_connection, args=(server, conn), daemon=True)
+        t.start()
+        live.append(t)
     listener.close()
     tmp = report_path + ".tmp"
     with open(tmp, "w") as f:
