@@ -2,7 +2,7 @@
 Tried end to end through `pipeline.run`: the agent installs a training script that describes
 everything a training process can see (environment, arguments, identity, limits, mounts with their
 host paths, the files it can list) and asks the proxy once; the same script is then graded. The two
-descriptions must be identical but for the seed's value and the random token in folder names."""
+descriptions must be identical but for the seed's value and the random tokens in folder names."""
 import base64
 import json
 import re
@@ -50,7 +50,9 @@ def _view(log: str) -> dict:
 
 def _neutral(view: dict) -> str:
     # the only allowed differences: the seed (replaced above) and each run's random folder token
-    return re.sub(r"/\.harness/t/[0-9a-f]{16}/", "/.harness/t/<token>/", json.dumps(view, sort_keys=True))
+    text = re.sub(r"/\.harness/t/[0-9a-f]{16}/", "/.harness/t/<token>/", json.dumps(view, sort_keys=True))
+    # the meter's folder (mountinfo shows its host path) is a fresh random name for every training run
+    return re.sub(r"/ai4ai-meter-[A-Za-z0-9_]{8}", "/ai4ai-meter-<random>", text)
 
 
 @needs_bwrap

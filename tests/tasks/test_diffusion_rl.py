@@ -105,8 +105,15 @@ def test_environment_meters_samples(repo):
     with pytest.raises(repo["env"].BudgetExhausted):
         env.rollout(m, 1, g)
     # the visible reward: a non-finite image scores 0
-    r = repo["reward"].reward(env.scorer, torch.full((2, 64), float("nan")))
+    r = repo["reward"].reward(repo["reward"].load_scorer(), torch.full((2, 64), float("nan")))
     assert r.tolist() == [0.0, 0.0]
+    # score() of images that require grad: the reward's own per-sample gradient, from the judge
+    fresh = repo["env"].Environment("ci")
+    x = torch.randn(4, 64, requires_grad=True)
+    (fresh.score(x) * torch.arange(4.0)).sum().backward()
+    x2 = x.detach().clone().requires_grad_(True)
+    (repo["reward"].reward(repo["reward"].load_scorer(), x2) * torch.arange(4.0)).sum().backward()
+    assert torch.allclose(x.grad, x2.grad) and fresh.used == 4
 
 
 def test_real_threes_score_high_and_others_low(grader, real_b):
