@@ -11,6 +11,7 @@ import difflib
 import errno
 import hashlib
 import io
+import keyword
 import lzma
 import os
 import re
@@ -20,6 +21,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .meter import held_files
 from .patches import apply_patch, lines as _lines, unified_diff
 from .task import Task
 
@@ -50,6 +52,14 @@ DIGIT_ALLOWANCE = 64
 MAX_NUMBERS = 256                 # numeric constants added (code, comments and strings); examples: 38 at most
 LONG_LITERAL = 256                # a string literal (not a docstring) this long counts as long
 LONG_LITERAL_ALLOWANCE = 4_096    # characters of long literals per patch: one at MAX_STRING_LITERAL
+# The meter's held sources (task config `meter.held`, e.g. agentic_rl's level generator) stay out
+# of the training copy so that a run gets what they make only as served, counted; a patch that
+# carries one back, verbatim or with its names changed, is rejected. Measured as the share of the
+# held file's shingles (HELD_SHINGLE tokens; names, numbers and strings normalised, comments dropped) found
+# in the patch's added text. Code of the same repo by the same hand shares at most 3% (env.py
+# against levels.py); a renamed copy shares all of it.
+HELD_SHINGLE = 16
+HELD_COVER_MAX = 0.25
 SKIP_DIRS = {".git", "__pycache__", ".ipynb_checkpoints"}
 HARNESS_FILES = {"INSTRUCTIONS.md"}     # written into the workspace by the harness itself
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_.\-/]+$")
@@ -239,8 +249,10 @@ def information_budget(task: Task, scale: str | None = None) -> tuple[int, str]:
 
 def _preset(pristine: Path, task: Task) -> bytes:
     """The pristine sources as a compression dictionary (zlib uses its last 32 KiB), the
-    editable files last, so that code copied or adapted from the repo costs little."""
-    srcs = sorted((p for p in pristine.rglob("*.py") if not any(s in p.parts for s in SKIP_DIRS)),
+    editable files last, so that code copied or adapted from the repo costs little; the meter's
+    held sources are not in it (a copy of one costs its full size, and check_held rejects it)."""
+    held = set(held_files(task, pristine))
+    srcs = sorted((p for p in pristine.rglob("*.py") if not any(s in p.parts for s in SKIP_DIRS) and p not in held),
                   key=lambda p: (task.is_editable(str(p.relative_to(pristine))), str(p)))
     return b"".join(p.read_bytes() for p in srcs)[-32_768:]
 
@@ -270,7 +282,8 @@ _KINDS = (  # kind, allowance over the whole patch, what the reason calls it
 
 
 def check_information(task: Task, pristine: Path, texts: dict, scale: str | None = None) -> dict:
-    """{rel: reason} for the files of a patch that carry more than code: texts is {rel: (old, new)}.
+    """{rel: reason} for the files of a patch that carry more than code, or a held source back
+    (check_held): texts is {rel: (old, new)}.
 
     Each kind of high-entropy content is summed over the patch (spreading it over files gains
     nothing) and every file that holds some of a kind over its allowance is rejected. The
@@ -295,6 +308,50 @@ def check_information(task: Task, pristine: Path, texts: dict, scale: str | None
             reasons.setdefault(rel, []).append(
                 f"the patch's added text compresses to {total:,} bytes, over the information budget of "
                 f"{limit:,} ({how}); this file's added text alone: {compressed_size(m.text.encode(), preset):,}")
+    for rel, reason in check_held(task, pristine, {rel: m.text for rel, m in measured.items()}).items():
+        reasons.setdefault(rel, []).append(reason)
+    return {rel: "; ".join(r) for rel, r in reasons.items()}
+
+
+_STRINGS = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
+
+
+def _shingles(source: str) -> set:
+    """Runs of HELD_SHINGLE tokens of `source`, comments dropped, every string literal read as S,
+    every name (keywords aside) as N and every number as 0: what a copy keeps however it renames
+    and re-documents."""
+    toks = []
+    for t in re.findall(r"[A-Za-z_]\w*|\d[\w.]*|\S", re.sub(r"#[^\n]*", "", _STRINGS.sub(" S ", source))):
+        if t[0].isalpha() or t[0] == "_":
+            t = t if keyword.iskeyword(t) else "N"
+        elif t[0].isdigit():
+            t = "0"
+        toks.append(t)
+    return {tuple(toks[i:i + HELD_SHINGLE]) for i in range(len(toks) - HELD_SHINGLE + 1)}
+
+
+def check_held(task: Task, pristine: Path, added: dict) -> dict:
+    """{rel: reason} for the files of a patch that carry one of the meter's held sources back;
+    `added` is {rel: added text}. The share is of the whole patch's added text (spreading a copy
+    over files gains nothing); every file that holds part of the copy is named."""
+    reasons: dict[str, list[str]] = {}
+    for src in held_files(task, pristine):
+        if src.suffix != ".py":
+            continue                      # data: the information budget bounds it
+        held = _shingles(src.read_text(errors="replace"))
+        if not held:
+            continue
+        per_file = {rel: held & _shingles(text) for rel, text in added.items()}
+        found = set().union(*per_file.values()) if per_file else set()
+        cover = len(found) / len(held)
+        if cover <= HELD_COVER_MAX:
+            continue
+        name = src.relative_to(pristine).as_posix()
+        for rel, hit in per_file.items():
+            if hit:
+                reasons.setdefault(rel, []).append(
+                    f"carries {cover:.0%} of {name} (names aside; at most {HELD_COVER_MAX:.0%}), a source the "
+                    f"meter holds back from training: a run gets what it makes only as the meter serves it")
     return {rel: "; ".join(r) for rel, r in reasons.items()}
 
 
