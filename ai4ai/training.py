@@ -20,13 +20,14 @@ import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from . import PROJECT_ROOT
 from .console import TrainingBar, printable
 from .context import RunContext
 from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD
 from .layout import KERNELS, OUT, REPO, TRAIN_HOME, RunDir, write_json
-from .meter import Served, remove_held, serving
+from .meter import MeterFault, Served, remove_held, serving
 from .preparing import shrink_env
 from .provenance import python_executable
 from .sandbox import KERNELS_DIR, Mount, Sandbox, default_memory_limit
@@ -343,6 +344,18 @@ def require_idle_gpu(device: str) -> None:
                                "needs it to itself; stop the other work (nvidia-smi lists it) and rerun")
 
 
+@contextmanager
+def _meter(ctx: RunContext, seed: int, seed_dir: Path, data_env: dict) -> Iterator[Served]:
+    """The run's meter server; one that cannot start or dies is the machine's fault, not the
+    submission's (EnvironmentFault: the seed is an `error`, retried)."""
+    try:
+        with serving(ctx.task, ctx.scale, seed, ctx.device, seed_dir / "meter.log", seed_dir / "meter.json",
+                     data_env, ctx.threads) as served:
+            yield served
+    except MeterFault as e:
+        raise EnvironmentFault(f"meter: {e}") from e
+
+
 def run_training(ctx: RunContext, train_repo: Path, seed: int, seed_dir: Path, extra_mounts: list,
                  extra_env: dict, label: str) -> tuple:
     """Train once under the caps; returns (outcome, snapshotted checkpoints, invalid reason or None).
@@ -361,8 +374,7 @@ def run_training(ctx: RunContext, train_repo: Path, seed: int, seed_dir: Path, e
         data_env = {k: hosts[v] for k, v in extra_env.items() if v in hosts}
         extra_mounts = [m for m in extra_mounts if m.host not in data_env.values()]
         extra_env = {k: v for k, v in extra_env.items() if k not in data_env}
-    with serving(ctx.task, ctx.scale, seed, ctx.device, seed_dir / "meter.log", seed_dir / "meter.json",
-                 data_env, ctx.threads) as served:
+    with _meter(ctx, seed, seed_dir, data_env) as served:
         sb = training_sandbox(ctx, train_repo, stage, extra_mounts, extra_env, served)
         bar = TrainingBar(label, ctx.progress)
         ckpt_bytes = checkpoint_limit(ctx.task, ctx.scale)

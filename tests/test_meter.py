@@ -260,3 +260,22 @@ def test_serving_starts_the_repos_own_class_and_reports_what_it_served(tmp_path,
         meter_wire._Connection._conn = None
     assert read_report(report)["data.TrainingSplit"]["served"] == 8
     assert not host_sock.parent.exists()
+
+
+def test_a_meter_that_cannot_start_is_the_machines_fault(tmp_path):
+    # a repo whose served class cannot even be imported: the server exits before it listens, and
+    # the training run reports an EnvironmentFault (the seed an `error`, retried), not the submission's failure
+    import dataclasses
+    import shutil
+    from types import SimpleNamespace
+
+    from ai4ai.training import EnvironmentFault, _meter
+    task = load_task("optimizer")
+    repo = tmp_path / "repo"
+    shutil.copytree(task.repo, repo)
+    (repo / "data.py").write_text("raise ImportError('the split module is broken')\n")
+    ctx = SimpleNamespace(task=dataclasses.replace(task, repo=repo), scale="ci", device="cpu", threads=1)
+    with pytest.raises(EnvironmentFault, match="meter: the meter server of optimizer exited"):
+        with _meter(ctx, 3, tmp_path, {}):
+            pass
+    assert "the split module is broken" in (tmp_path / "meter.log").read_text()
