@@ -14,19 +14,25 @@ from ai4ai.provenance import task_version
 from ai4ai.task import load_task
 
 
+def records(task_name: str, scale: str = "smoke") -> list[dict]:
+    """Every stored record (as written in anchors.yaml) of the task's current version at `scale`."""
+    task = load_task(task_name)
+    version = task_version(task, scale)
+    return [r for r in anchor_store._records(anchor_store.anchors_path(task.grader))
+            if r["key"]["scale"] == scale and r["key"]["task_version"] == version]
+
+
 def record(task_name: str, scale: str = "smoke") -> tuple[anchor_store.Anchors, float]:
     """(anchors, seed std of phi) of the task's current version at `scale`."""
     task = load_task(task_name)
-    version = task_version(task, scale)
     key = anchor_key(task, scale, "cpu", task.scale(scale).threads)
     rec = anchor_store.find(task.grader, key)
     if rec is not None:
         return rec.anchors, rec.phi_std
-    for r in anchor_store._records(anchor_store.anchors_path(task.grader)):
-        if r["key"]["scale"] == scale and r["key"]["task_version"] == version:
-            a = r["anchors"]
-            return anchor_store.Anchors(a["no_info"], a["baseline"], a["best"]), float(r["phi_std"])
-    raise AssertionError(f"{task_name} has no {scale} anchors for its current version {version} (the repo, "
+    for r in records(task_name, scale):
+        a = r["anchors"]
+        return anchor_store.Anchors(a["no_info"], a["baseline"], a["best"]), float(r["phi_std"])
+    raise AssertionError(f"{task_name} has no {scale} anchors for its current version {task_version(task, scale)} (the repo, "
                          f"grader or task config changed since calibration): run "
                          f"`python -m ai4ai.calibrate task={task_name} scale={scale}`")
 

@@ -8,8 +8,6 @@ import pytest
 import torch
 
 from ai4ai import PROJECT_ROOT, pipeline
-from ai4ai import anchors as anchor_store
-from ai4ai.provenance import task_version
 from ai4ai.task_checks import EVAL_NOISE_MAX, Report, contract_checks
 from ai4ai.hidden import load_grader
 from ai4ai.task import load_task
@@ -147,12 +145,9 @@ def test_hidden_splits_are_disjoint_and_large(grader, P):
 def test_test_split_noise_within_check_task_limit():
     """check_task's sampling-noise check on the calibrated records of the current version (ci and
     smoke): 0.9 x the test split's standard error over phi1 - phib stays below EVAL_NOISE_MAX."""
-    task = load_task(TASK)
     for scale in ("ci", "smoke"):
-        version = task_version(task, scale)
-        recs = [r for r in anchor_store._records(anchor_store.anchors_path(task.grader))
-                if r["key"]["scale"] == scale and r["key"]["task_version"] == version]
-        assert recs, f"no {scale} record of the current version {version}: recalibrate"
+        recs = calibrated.records(TASK, scale)
+        assert recs, f"no {scale} record of the current version: recalibrate"
         for r in recs:
             a = r["anchors"]
             ev = 0.9 * r["test_excess_se"] / (a["best"] - a["baseline"])
