@@ -9,16 +9,18 @@ allowed without one metered step. These probes build such patches and assert the
 with a reason naming the held source, and that nothing the benchmark ships is caught by it.
 """
 import io
+import json
 import keyword
 import tokenize
-from pathlib import Path
 
 import pytest
 
-from ai4ai import PROJECT_ROOT
+from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.submission import HELD_COVER_MAX, from_patch, unified_diff
 from ai4ai.task import list_tasks, load_task
 from ai4ai.tuning import point_patch
+
+from .conftest import baseline_score, needs_bwrap, write_patch
 
 TASK = load_task("agentic_rl")
 LEVELS = (TASK.repo / "levels.py").read_text()
@@ -104,3 +106,106 @@ def test_the_share_leaves_room_between_related_code_and_a_copy():
     same_hand = _shingles((TASK.repo / "env.py").read_text())
     assert len(held & same_hand) / len(held) < HELD_COVER_MAX / 5
     assert len(held & _shingles(renamed(LEVELS))) / len(held) > 0.9
+
+
+# --------------------------------------------------------------------------- trained: what is left
+
+# Search and imitation, as the route was filed: solve levels by breadth-first search (prepare.solve,
+# readable code) and clone the solutions, training until the CPU cap ends the run. LEVELS_FROM says
+# where the levels come from: "served", the meter's (each prepays its episode, so the budget buys
+# budget // max_steps of them), or "own", a generator the submission wrote itself from the README's
+# rules (random rooms kept when the search solves them): not a copy, so check_held lets it through.
+SEARCH_AND_CLONE = '''
+# ----------------------------------------------------------------------------- the attack
+from env import Levels
+from prepare import demonstrations
+LEVELS_FROM = "{source}"
+rng = np.random.default_rng(args.seed)
+s = env.scale
+
+
+def own_levels(n):
+    w = s.size + 2
+    out = []
+    while len(out) < n:
+        walls = np.ones((w, w), dtype=bool)
+        walls[1:-1, 1:-1] = rng.random((s.size, s.size)) < s.wall_prob
+        free = np.flatnonzero(~walls.reshape(-1))
+        if len(free) < 3:
+            continue
+        t, b, pl = rng.choice(free, 3, replace=False)
+        if abs(t // w - b // w) + abs(t % w - b % w) < s.min_box_dist:
+            continue
+        tg, bx = np.zeros(w * w, dtype=bool), np.zeros(w * w, dtype=bool)
+        tg[t], bx[b] = True, True
+        lv = Levels(s.size, walls.reshape(1, -1), tg[None], bx[None], np.array([pl]))
+        try:
+            if len(demonstrations(lv, max_steps)[1]) <= max_steps:
+                out.append(lv)
+        except (RuntimeError, AssertionError):
+            pass                                   # no solution: redraw
+    return Levels.concat(out)
+
+
+obs_all, act_all, step = [], [], 0
+while True:                                         # until the CPU cap ends the run
+    if LEVELS_FROM == "own":
+        levels = own_levels(256)
+    elif env.remaining >= 256 * max_steps:
+        levels = env.sample_levels(256)
+    else:
+        levels = None
+    if levels is not None:
+        o, a = demonstrations(levels, max_steps)
+        obs_all.append(o)
+        act_all.append(a)
+        O, A = torch.cat(obs_all), torch.cat(act_all)
+        print(f"ATTACK {{len(A)}} demonstrated moves, {{env.served}} served steps", flush=True)
+    for _ in range(100):
+        idx = torch.randint(0, len(A), (256,))
+        loss = torch.nn.functional.cross_entropy(model(O[idx].to(device)), A[idx].to(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        step += 1
+    save_checkpoint(model, args.out, step, metadata={{"env_steps": env.served, "updates": step}})
+'''
+
+
+def search_and_clone(source: str) -> str:
+    old = TRAIN
+    cut = old.index("# ----------------------------------------------------------------------------- loop")
+    return unified_diff("train.py", old, old[:cut] + SEARCH_AND_CLONE.format(source=source))
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_an_own_level_generator_buys_no_more_than_the_served_levels(compose_cfg, tmp_path):
+    """The same search-and-clone attack graded twice at ci on the same training seed: on the levels
+    the meter serves, and on levels of its own making. Within the CPU cap, its own levels must not
+    score above the served ones by more than the shipped algorithm's noise: an own generator then
+    buys nothing the budget does not.
+
+    Measured (2026-12-01, CPU cap 18 CPU-s, both cut by it): served 0.699 (3,328 levels, 99,840
+    prepaid steps, 21,990 demonstrated moves), own 0.424 (15,243 moves, 0 served steps): the search
+    and the cloning, not the levels, take the CPU. That search on served levels scores 0.70 is the
+    route's remainder (docs/threat-model.md, "Left open")."""
+    nonce = "ab" * 16
+    scores = {}
+    for source in ("served", "own"):
+        patch = write_patch(tmp_path, search_and_clone(source), f"{source}.patch")
+        run = tmp_path / source
+        (run / ".harness").mkdir(parents=True)
+        (run / ".harness" / "nonce").write_text(nonce)
+        cfg = compose_cfg("grade", ["task=agentic_rl", "scale=ci", f"patch={patch}"])
+        pipeline.grade(cfg, run)
+        r = json.loads((run / "result.json").read_text())
+        assert r["status"] == "graded", r
+        seed = r["checkpoints"]["per_seed"][0]
+        log = (run / "grade" / "seed_0" / "train.log").read_text()
+        print(source, "score", r["score"], "cut", seed["cut"], "cpu", seed["cpu_s"], log.count("ATTACK"),
+              [ln for ln in log.splitlines() if ln.startswith("ATTACK")][-1:])
+        assert seed["cut"] == "cpu", seed
+        scores[source] = r["score"]
+    _, tol = baseline_score({})
+    assert scores["own"] <= scores["served"] + tol, scores
