@@ -29,6 +29,8 @@ DONE = ["sft", "dpo", "reward_model", "distillation", "pruning", "unlearning"]
 BIG_VOCAB = {"unlearning": 2400}
 # Hidden split sizes of the graded runs here (the CPU cost of a run is mostly its greedy evaluations)
 SHRUNK = {"selection": 128, "test": 512, "validation": 128}
+# unlearning's splits are whole fact sets (the forget set is scored whole in each), not sizes: here a part of each
+SHRUNK_FACTS = {"unlearning": {"forget": 1000, "retain": 500, "text": 128}}
 # ... and of the prepare steps that train (old line -> new line of the repo's prepare.py, or of the file named first)
 SHRUNK_PREPARE = {"dpo": ("OWN_STEPS, OWN_LR = 1000, 3e-4", "OWN_STEPS, OWN_LR = 800, 3e-3"),
                   # the tiny random models learn the source in one pass only at the repo's own peak
@@ -61,7 +63,7 @@ def saved(tmp_path_factory):
 def hooked(monkeypatch, tmp_path):
     """The pipeline's model hook (context.task_from_cfg calls models.with_model) on a shrunk task: derived repos cached under tmp_path, and the task's anchors,
     calibration records and model registry written to a copy of its hidden grader under tmp_path
-    instead of grader_hidden/, at the shrunk size: hidden splits of SHRUNK and, where a prepare
+    instead of grader_hidden/, at the shrunk size: hidden splits of SHRUNK (SHRUNK_FACTS) and, where a prepare
     step trains, the shorter one of SHRUNK_PREPARE (in a copy of the frozen repo). Returns the
     function that makes a task so (the test's own look-ups use it too)."""
     monkeypatch.setattr(models, "CACHE_ROOT", tmp_path / "own_models_cache")
@@ -74,6 +76,9 @@ def hooked(monkeypatch, tmp_path):
                             ignore=shutil.ignore_patterns("anchors.yaml", "calibration", "models.yaml", "__pycache__"))
             with open(grader / "grader.py", "a") as f:
                 f.write(f"\nSPLITS = {{k: min(n, {SHRUNK}.get(k, n)) for k, n in SPLITS.items()}}\n")
+                if task.name in SHRUNK_FACTS:
+                    f.write(f"_whole_split = split\n\n\ndef split(name, cfg=None):\n    s = _whole_split(name, cfg)\n"
+                            f"    return {{**s, **{{k: s[k][:n] for k, n in {SHRUNK_FACTS[task.name]}.items()}}}}\n")
             if task.name in SHRUNK_PREPARE:
                 repo = tmp_path / "repo" / task.name
                 shutil.copytree(task.repo, repo, ignore=shutil.ignore_patterns("__pycache__"))

@@ -60,6 +60,9 @@ if (args.scale is None) == (args.own_model is None):
     p.error("give --scale or --own-model")
 if args.own_model is not None and not (BYOM / "vocab.json").exists():
     p.error("--own-model needs byom/vocab.json: run the task with task.model_path=PATH (README)")
+if args.scale is not None and (BYOM / "vocab.json").exists():
+    p.error("this copy trains your own model: its memorised model is byom/memorised.safetensors, made once by "
+            "--own-model at every scale; --scale prepares the repo's GPT-2 (in the repo without byom/)")
 own = args.own_model is not None
 torch.set_num_threads(1)
 torch.manual_seed(0)
