@@ -16,15 +16,24 @@ the derived repo as it does on the frozen one. `byom/` holds:
     MODEL.md       what the model is: architecture, parameter count, vocabulary, source, sha256
 
 Encoding rule: the task's text is encoded with the model's tokenizer one character at a time
-(distillation's digits and codes, pruning's 32 symbols written as base-32 digits 0-9A-V).
-Every character of the task's alphabet must be a single token of the vocabulary of its own
-(`tokenizer(c)` gives one id, which decodes back to `c`), so problems stay token-aligned as in
-the repo's own vocabulary; <eos> is the tokenizer's end-of-sequence token, <bos> its
-beginning-of-sequence token (its <eos> when it has none), and <pad> its pad token when that is a
-token of its own, else its unknown token, else the lowest id no other task token uses. The
-committed splits keep the task's ids and the repo maps them through vocab.json when it loads them.
-The family's prepare step (`python prepare.py --own-model PATH` in the derived repo) makes the
-base weights; see each repo's README ("Your own model") for what it does.
+(distillation's digits and codes, pruning's 32 symbols written as base-32 digits 0-9A-V,
+unlearning's newline, space and letters a-z). Every character of the task's alphabet must be a
+single token of the vocabulary of its own (`tokenizer(c)` gives one id, which decodes back to
+`c`), so problems stay token-aligned as in the repo's own vocabulary; <eos> is the tokenizer's
+end-of-sequence token, <bos> its beginning-of-sequence token (its <eos> when it has none), and
+<pad> its pad token when that is a token of its own, else its unknown token, else the lowest id
+no other task token uses. A task symbol that is no character and no special, written `<...>`
+in the repo's SYMBOLS (unlearning's <unknown>, its 64 <name i>, 64 <value i> and 2,000
+<entity i> symbols: they stand for nothing a text could spell), takes a token of the vocabulary
+of its own by position: in the task's order, the lowest ids of the tokenizer's vocabulary (below
+the embedding's rows) that are none of the tokenizer's special or added tokens and no id another
+task token uses; a vocabulary with fewer such ids than those symbols cannot encode the task (one
+line says how many it has and how many the task needs). The committed splits keep the task's
+ids and the repo maps them through vocab.json when it loads them.
+The family's prepare step (`python prepare.py --own-model PATH` in the derived repo, with `--data DIR`
+where the task's prepare step reads the hidden grader's data: unlearning's facts, written beside
+the derived repo and removed once it is done) makes the base weights; see each repo's README
+("Your own model") for what it does.
 """
 from __future__ import annotations
 
@@ -40,14 +49,19 @@ import yaml
 
 from . import PROJECT_ROOT
 from .console import say
+from .hidden import load_grader
 from .provenance import model_sha256, python_executable, task_version, tree_sha256
 from .task import Task, TaskError
 from .workspace import copy_repo, make_writable
 
 # The tasks that start from a prepared LM and take task.model_path, in the order they gained it.
-OWN_MODEL_TASKS = ("sft", "dpo", "reward_model", "distillation", "pruning")
-PLANNED = ("unlearning",)
+OWN_MODEL_TASKS = ("sft", "dpo", "reward_model", "distillation", "pruning", "unlearning")
+PLANNED = ()
 CACHE_ROOT = PROJECT_ROOT / "outputs" / ".cache" / "own_models"
+# The tasks whose prepare step on your model trains long (unlearning's memorisation, 20,000 steps): it runs on
+# the GPU when this machine has one (the others run on the CPU, one thread). Once made, the derived repo is
+# fixed: its byom/ weights are part of the task version.
+ON_DEVICE = ("unlearning",)
 REGISTRY = "models.yaml"          # beside anchors.yaml: which model each task version was made from
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -77,7 +91,7 @@ class ModelInfo:
     vocab_size: int            # rows of the input embedding
     tokenizer_size: int
     token_ids: list            # task token i -> model token id
-    symbols: list              # task token i: a special name or one character
+    symbols: list              # task token i: a special name, one character or a `<...>` symbol
     n_layers: int | None
     hidden_size: int | None
 
@@ -103,6 +117,19 @@ def repo_vocabulary(task: Task) -> tuple[list, int]:
     return list(mod.SYMBOLS), int(mod.SEQ_LEN)
 
 
+def is_opaque(symbol: str) -> bool:
+    """A task symbol that stands for no text (`<name 7>`): it takes a free token by position (the rule above)."""
+    return len(symbol) > 2 and symbol.startswith("<") and symbol.endswith(">") and symbol not in SPECIALS
+
+
+def free_ids(tokenizer, vocab_size: int, taken: set) -> list:
+    """The ids the encoding rule gives the task's `<...>` symbols, lowest first: the tokenizer's vocabulary
+    below `vocab_size`, less its special and added tokens and the ids in `taken`."""
+    special = set(tokenizer.all_special_ids) | {int(i) for i in getattr(tokenizer, "added_tokens_decoder", {})}
+    return sorted(i for i in set(tokenizer.get_vocab().values())
+                  if i < vocab_size and i not in special and i not in taken)
+
+
 def token_ids(tokenizer, symbols: list, vocab_size: int, where) -> list:
     """The model's id of each task token by the encoding rule (module docstring), or ModelPathError."""
     eos = tokenizer.eos_token_id
@@ -113,7 +140,7 @@ def token_ids(tokenizer, symbols: list, vocab_size: int, where) -> list:
     ids: dict = {}
     bad = []
     for i, s in enumerate(symbols):
-        if s in SPECIALS:
+        if s in SPECIALS or is_opaque(s):
             continue
         enc = tokenizer(s, add_special_tokens=False)["input_ids"]
         dec = tokenizer.decode(enc, clean_up_tokenization_spaces=False) if len(enc) == 1 else None
@@ -131,6 +158,16 @@ def token_ids(tokenizer, symbols: list, vocab_size: int, where) -> list:
         raise ModelPathError(where, "its tokenizer gives two task characters (or a character and <bos>/<eos>) "
                                     f"the same token{' (' + ' '.join(map(repr, clash)) + ')' if clash else ''}")
     taken = used | ({bos, eos} - {None})
+    opaque = [i for i, s in enumerate(symbols) if is_opaque(s)]
+    if opaque:
+        free = free_ids(tokenizer, vocab_size, taken)
+        if len(free) < len(opaque):
+            raise ModelPathError(where, f"its vocabulary is too small for the task: {len(opaque):,} of the task's "
+                                        f"{len(symbols):,} symbols are no characters and each needs a token of its own, "
+                                        f"and it has {len(free):,} free (ids below {vocab_size:,} that are no special or "
+                                        f"added token and not one of the task's characters; README, \"Your own model\")")
+        ids.update(zip(opaque, free))
+        taken |= set(free[:len(opaque)])
     if not any(s in SPECIALS for s in symbols):
         return [ids[i] for i in range(len(symbols))]
     pad = next((t for t in (tokenizer.pad_token_id, tokenizer.unk_token_id)
@@ -200,6 +237,11 @@ def check_model_path(task: Task) -> ModelInfo:
 def describe(info: ModelInfo) -> str:
     """The README section of a derived repo: what model this task trains."""
     shown = ", ".join(f"{s!r} -> {i}" for s, i in list(zip(info.symbols, info.token_ids))[:8])
+    opaque = [(s, i) for s, i in zip(info.symbols, info.token_ids) if is_opaque(s)]
+    named = "" if not opaque else (
+        f"\n  the task's {len(opaque):,} symbols that are no characters ({opaque[0][0]} ... {opaque[-1][0]}) take the "
+        f"lowest free ids of the vocabulary in order, ids {min(i for _, i in opaque)} to {max(i for _, i in opaque)} "
+        f"(no special or added token, no task character's id; README, \"Your own model\")")
     return f"""
 ## This copy: your own model
 
@@ -210,7 +252,7 @@ files below `byom/` describe it and `model.build_model` builds it from `byom/mod
 - parameters: {info.n_params:,} (as the repo builds it, tied tensors once), trained in fp32
 - vocabulary: {info.vocab_size:,} embedding rows, tokenizer of {info.tokenizer_size:,} tokens; the task's text is
   encoded with it one character at a time (each task character is one token of its own):
-  {shown}, ... (all {len(info.token_ids)} in `byom/vocab.json`, `config.TOKEN_IDS`)
+  {shown}, ... (all {len(info.token_ids)} in `byom/vocab.json`, `config.TOKEN_IDS`){named}
 - source: `{info.path}`, content sha256 `{info.sha256[:16]}`
 """
 
@@ -239,8 +281,24 @@ def _derive(task: Task, info: ModelInfo) -> Path:
     threads = str(max(task.scale(s).threads for s in task.scales))
     env.update(PYTHONPATH=str(tmp), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
-    r = subprocess.run([python_executable(), "prepare.py", "--own-model", info.path], cwd=tmp, env=env,
-                       capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S)
+    argv = [python_executable(), "prepare.py", "--own-model", info.path]
+    if task.name in ON_DEVICE:
+        import torch
+        argv += ["--device", "cuda" if torch.cuda.is_available() else "cpu"]
+    hidden = None
+    if task.artifacts is not None and task.artifacts.data_function:
+        # what the repo's prepare step reads, written by the hidden grader (unlearning: every fact, the
+        # held-out ones included): beside the derived repo, never inside it, and gone once prepare is done
+        hidden = tmp.parent / "prepare_data"
+        if hidden.exists():
+            shutil.rmtree(hidden)
+        getattr(load_grader(task.name, task.grader), task.artifacts.data_function)(hidden)
+        argv += ["--data", str(hidden)]
+    try:
+        r = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S)
+    finally:
+        if hidden is not None:
+            shutil.rmtree(hidden, ignore_errors=True)
     (tmp.parent / "prepare.log").write_text(r.stdout + r.stderr)
     if r.returncode != 0:
         lines = [ln for ln in (r.stderr or r.stdout).splitlines() if ln.strip()]

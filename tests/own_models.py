@@ -17,9 +17,18 @@ CORPUS = [string.printable[:95], "the quick brown fox jumps over the lazy dog", 
           "Hello, World! [x] #tag *bold* - item.", "a|b$c_d e"] * 20
 
 
+def _words(n: int = 6000, seed: int = 0) -> list:
+    """Lines of random letter words: enough distinct pairs for a BPE vocabulary of a few thousand."""
+    import random
+    r = random.Random(seed)
+    words = ["".join(r.choice(string.ascii_letters) for _ in range(r.randint(3, 9))) for _ in range(n)]
+    return [" ".join(words[i:i + 20]) for i in range(0, n, 20)]
+
+
 def _tokenizer(kind: str, vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+    corpus = CORPUS if vocab_size <= 320 else CORPUS + _words()     # the small vocabulary as it always was
     if kind == "gpt2":      # byte-level BPE, one special token that is both <bos> and <eos> (as GPT-2's)
         tk = Tokenizer(models.BPE())
         tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -27,7 +36,7 @@ def _tokenizer(kind: str, vocab_size: int):
         specials = ["<|endoftext|>"]
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        tk.train_from_iterator(CORPUS, trainer)
+        tk.train_from_iterator(corpus, trainer)
         return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>", eos_token="<|endoftext|>")
     if kind == "llama":     # BPE with <unk>, <s>, </s> and no pad token (as Llama's)
         tk = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -35,7 +44,7 @@ def _tokenizer(kind: str, vocab_size: int):
         tk.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        tk.train_from_iterator(CORPUS, trainer)
+        tk.train_from_iterator(corpus, trainer)
         return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     if kind == "digits":    # a vocabulary of digits alone: cannot encode letters or punctuation
         tk = Tokenizer(models.WordLevel({"[UNK]": 0, "[EOS]": 1, **{d: i + 2 for i, d in enumerate("0123456789")}},
@@ -45,10 +54,12 @@ def _tokenizer(kind: str, vocab_size: int):
     raise ValueError(kind)
 
 
-def save_model(dest: Path, arch: str, tokenizer: str | None = None, n_positions: int = 128, seed: int = 0) -> Path:
-    """A tiny random-initialised causal LM of `arch` (gpt2 | llama) with its tokenizer, saved in `dest`."""
+def save_model(dest: Path, arch: str, tokenizer: str | None = None, n_positions: int = 128, seed: int = 0,
+               vocab_size: int = 320) -> Path:
+    """A tiny random-initialised causal LM of `arch` (gpt2 | llama) with its tokenizer, saved in `dest`
+    (a vocabulary of `vocab_size` tokens: unlearning's 2,157 symbols need more than the default)."""
     from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
-    tok = _tokenizer(tokenizer or arch, vocab_size=320)
+    tok = _tokenizer(tokenizer or arch, vocab_size=vocab_size)
     if arch == "gpt2":
         cfg = GPT2Config(vocab_size=len(tok), n_positions=n_positions, n_embd=32, n_layer=2, n_head=2,
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)

@@ -23,21 +23,35 @@ from ai4ai.task import load_task
 
 from .own_models import save_model
 
-DONE = ["sft", "dpo", "reward_model", "distillation", "pruning"]
-NOT_YET = ["unlearning"]       # task.model_path is refused (not supported yet)
+DONE = ["sft", "dpo", "reward_model", "distillation", "pruning", "unlearning"]
+# unlearning's 2,157 symbols need a vocabulary of more than the tiny models' 320 tokens: its runs use
+# the same architectures with 2,400 (ai4ai.models: a token of its own for each symbol)
+BIG_VOCAB = {"unlearning": 2400}
 # Hidden split sizes of the graded runs here (the CPU cost of a run is mostly its greedy evaluations)
 SHRUNK = {"selection": 128, "test": 512, "validation": 128}
-# ... and of the prepare steps that train (old line -> new line of the repo's prepare.py)
+# unlearning's splits are whole fact sets (the forget set is scored whole in each), not sizes: here a part of each
+SHRUNK_FACTS = {"unlearning": {"forget": 1000, "retain": 500, "text": 128}}
+# ... and of the prepare steps that train (old line -> new line of the repo's prepare.py, or of the file named first)
 SHRUNK_PREPARE = {"dpo": ("OWN_STEPS, OWN_LR = 1000, 3e-4", "OWN_STEPS, OWN_LR = 800, 3e-3"),
                   # the tiny random models learn the source in one pass only at the repo's own peak
-                  "pruning": ("OWN_STEPS, OWN_LR = 500, 3e-4", "OWN_STEPS, OWN_LR = 500, 3e-3")}
+                  "pruning": ("OWN_STEPS, OWN_LR = 500, 3e-4", "OWN_STEPS, OWN_LR = 500, 3e-3"),
+                  # memorising: 400 steps (~1.5 min on one thread) teach the tiny llama ~12% of the 12,000
+                  # facts at this peak with fewer near misses (20,000 steps are for a real model on a GPU)
+                  "unlearning": ("config.py",
+                                 "OWN_PREPARE = Prepare(steps=20_000, fact_batch=256, text_batch=64, lr=3e-4, "
+                                 "negative_batch=128)",
+                                 "OWN_PREPARE = Prepare(steps=400, fact_batch=256, text_batch=16, lr=1e-2, "
+                                 "negative_batch=32)")}
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """The tiny models, made once: llama and gpt2 (Llama- and GPT-2-class), and broken folders."""
+    """The tiny models, made once: llama and gpt2 (Llama- and GPT-2-class), the same with a vocabulary of
+    2,400 (llama_2400, gpt2_2400), and broken folders."""
     root = tmp_path_factory.mktemp("own_models")
     out = {arch: save_model(root / arch, arch) for arch in ("llama", "gpt2")}
+    for n in sorted(set(BIG_VOCAB.values())):
+        out.update({f"{arch}_{n}": save_model(root / f"{arch}_{n}", arch, vocab_size=n) for arch in ("llama", "gpt2")})
     out["digits"] = save_model(root / "digits", "llama", tokenizer="digits")
     out["no_tokenizer"] = root / "no_tokenizer"
     shutil.copytree(out["gpt2"], out["no_tokenizer"],
@@ -49,7 +63,7 @@ def saved(tmp_path_factory):
 def hooked(monkeypatch, tmp_path):
     """The pipeline's model hook (context.task_from_cfg calls models.with_model) on a shrunk task: derived repos cached under tmp_path, and the task's anchors,
     calibration records and model registry written to a copy of its hidden grader under tmp_path
-    instead of grader_hidden/, at the shrunk size: hidden splits of SHRUNK and, where a prepare
+    instead of grader_hidden/, at the shrunk size: hidden splits of SHRUNK (SHRUNK_FACTS) and, where a prepare
     step trains, the shorter one of SHRUNK_PREPARE (in a copy of the frozen repo). Returns the
     function that makes a task so (the test's own look-ups use it too)."""
     monkeypatch.setattr(models, "CACHE_ROOT", tmp_path / "own_models_cache")
@@ -62,13 +76,17 @@ def hooked(monkeypatch, tmp_path):
                             ignore=shutil.ignore_patterns("anchors.yaml", "calibration", "models.yaml", "__pycache__"))
             with open(grader / "grader.py", "a") as f:
                 f.write(f"\nSPLITS = {{k: min(n, {SHRUNK}.get(k, n)) for k, n in SPLITS.items()}}\n")
+                if task.name in SHRUNK_FACTS:
+                    f.write(f"_whole_split = split\n\n\ndef split(name, cfg=None):\n    s = _whole_split(name, cfg)\n"
+                            f"    return {{**s, **{{k: s[k][:n] for k, n in {SHRUNK_FACTS[task.name]}.items()}}}}\n")
             if task.name in SHRUNK_PREPARE:
                 repo = tmp_path / "repo" / task.name
                 shutil.copytree(task.repo, repo, ignore=shutil.ignore_patterns("__pycache__"))
-                old, new = SHRUNK_PREPARE[task.name]
-                text = (repo / "prepare.py").read_text()
+                edit = SHRUNK_PREPARE[task.name]
+                file, old, new = edit if len(edit) == 3 else ("prepare.py", *edit)
+                text = (repo / file).read_text()
                 assert old in text
-                (repo / "prepare.py").write_text(text.replace(old, new))
+                (repo / file).write_text(text.replace(old, new))
             made[task.name] = dict(grader=grader, repo=repo)
         return replace(task, **made[task.name])
 
@@ -89,6 +107,8 @@ def _graded_run(compose_cfg, tmp_path, task_name: str, model: Path) -> dict:
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 @pytest.mark.parametrize("task_name", DONE)
 def test_graded_run_on_a_saved_model(task_name, arch, saved, hooked, compose_cfg, tmp_path):
+    if task_name in BIG_VOCAB:
+        saved = {arch: saved[f"{arch}_{BIG_VOCAB[task_name]}"]}
     r = _graded_run(compose_cfg, tmp_path, task_name, saved[arch])
     assert r["status"] == "graded", r["reason"]
     seed = r["checkpoints"]["per_seed"][0]
@@ -173,15 +193,54 @@ def test_task_text_is_encoded_with_the_models_tokenizer(arch, saved):
         assert tok.decode(ids) == text
 
 
-@pytest.mark.parametrize("task_name", NOT_YET)
-def test_tasks_without_own_models_refuse_model_path(task_name, saved, hooked, compose_cfg, tmp_path, capsys):
-    cfg = compose_cfg("grade", [f"task={task_name}", "scale=ci", f"task.model_path={saved['llama']}"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_unlearning_vocabulary_too_small_is_one_line(arch, saved, hooked, compose_cfg, tmp_path, capsys):
+    """The tiny models' 320 tokens encode unlearning's characters but not a token of its own for each of
+    its 2,129 other symbols: one line that says how many it has and needs, before anything starts."""
+    cfg = compose_cfg("grade", ["task=unlearning", "scale=ci", f"task.model_path={saved[arch]}"])
+    with pytest.raises(SystemExit) as e:
+        pipeline.grade(cfg, tmp_path / "run")
+    assert e.value.code == 2
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(f"ai4ai: task.model_path={saved[arch]}: "), out
+    assert "its vocabulary is too small for the task: 2,129 of the task's 2,157 symbols" in out[0], out
+    assert not (tmp_path / "run").exists() and not models.CACHE_ROOT.exists()
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_unlearning_symbols_take_tokens_of_their_own(arch, saved):
+    """unlearning's token table: newline, space and a-z are the tokenizer's own tokens for them; the other
+    2,129 symbols take, in order, the lowest ids of the vocabulary that are no special or added token and
+    no character's; the fact files map through it to 2,157 distinct ids."""
+    import numpy as np
+    from transformers import AutoTokenizer
+    path = saved[f"{arch}_{BIG_VOCAB['unlearning']}"]
+    task = replace(load_task("unlearning"), model_path=str(path))
+    info = models.check_model_path(task)
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    ids, symbols = info.token_ids, info.symbols
+    assert len(ids) == len(symbols) == 2157 and len(set(ids)) == 2157
+    assert symbols[:3] == ["\n", " ", "a"] and symbols[28] == "<unknown>" and symbols[-1] == "<entity 1999>"
+    for s, i in zip(symbols[:28], ids[:28]):
+        assert tok(s, add_special_tokens=False)["input_ids"] == [i] and tok.decode([i]) == s
+    special = set(tok.all_special_ids)
+    free = [i for i in sorted(tok.get_vocab().values()) if i not in special and i not in ids[:28]]
+    assert ids[28:] == free[:2129] and not special & set(ids)
+    facts = np.load(task.repo / "data" / "forget.npy").astype(np.int64)
+    mapped = np.array(ids)[facts]
+    assert mapped.max() < info.vocab_size and (mapped[:, 0] == tok("\n", add_special_tokens=False)["input_ids"][0]).all()
+
+
+def test_tasks_without_own_models_refuse_model_path(saved, hooked, compose_cfg, tmp_path, capsys):
+    """A task that does not start from a prepared LM (optimizer) refuses task.model_path in one line."""
+    cfg = compose_cfg("grade", ["task=optimizer", "scale=ci", f"+task.model_path={saved['llama']}"])
     with pytest.raises(SystemExit) as e:
         pipeline.grade(cfg, tmp_path / "run")
     assert e.value.code == 2
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith(f"ai4ai: task.model_path={saved['llama']}: "), out
-    assert f"task {task_name} does not take task.model_path (not supported yet" in out[0], out
+    assert "task optimizer does not take task.model_path; tasks that do: sft, dpo, reward_model, distillation, " \
+           "pruning, unlearning" in out[0], out
     assert not (tmp_path / "run").exists() and not models.CACHE_ROOT.exists()
 
 
@@ -265,15 +324,16 @@ def test_audit_command_and_database_rows_for_a_gone_model(saved, tmp_path, monke
 
 
 @pytest.mark.slow
-def test_audit_regrades_a_brought_model_run_on_that_model(saved, hooked, compose_cfg, tmp_path, capsys):
-    """A graded run on the saved llama (pruning at ci: deterministic, the cheapest), audited from a copy
-    of its run folder: re-graded on the same model (same derived repo, same content hash) it agrees;
-    once the model moved, the audit stops with one line, and model_path= pointing at the moved copy
-    audits again."""
+@pytest.mark.parametrize("task_name", ["pruning", "unlearning"])
+def test_audit_regrades_a_brought_model_run_on_that_model(task_name, saved, hooked, compose_cfg, tmp_path, capsys):
+    """A graded run on the saved llama (pruning at ci: deterministic, the cheapest; unlearning: the model is
+    taught the facts first), audited from a copy of its run folder: re-graded on the same model (same
+    derived repo, same content hash) it agrees; once the model moved, the audit stops with one line, and
+    model_path= pointing at the moved copy audits again."""
     from safetensors import safe_open
     model = tmp_path / "models" / "llama"
-    shutil.copytree(saved["llama"], model)
-    result = _graded_run(compose_cfg, tmp_path, "pruning", model)
+    shutil.copytree(saved[f"llama_{BIG_VOCAB[task_name]}" if task_name in BIG_VOCAB else "llama"], model)
+    result = _graded_run(compose_cfg, tmp_path, task_name, model)
     assert result["status"] == "graded" and result["provenance"]["model"]["sha256"] == model_sha256(model)
     copy = tmp_path / "copied_run"
     copy.mkdir()
@@ -288,7 +348,7 @@ def test_audit_regrades_a_brought_model_run_on_that_model(saved, hooked, compose
     seed_dir = Path(rep["audit_dir"]) / "grade" / f"seed_{result['seeds'][0]}"
     log = (seed_dir / "train.log").read_text()
     ckpt = next((seed_dir / "checkpoints").glob("ckpt_*.safetensors"))
-    with safe_open(str(ckpt), framework="pt") as f:         # the re-grade trained (pruned) the llama
+    with safe_open(str(ckpt), framework="pt") as f:         # the re-grade trained (pruned, unlearned) the llama
         assert any(k.startswith("lm.model.layers.") for k in f.keys())
     assert "AGREES" in auditing.summary(rep)
     moved = tmp_path / "moved" / "llama"

@@ -7,6 +7,13 @@ for the repo's prepare step.
 Metric: the harmonic mean of forget efficacy (1 - greedy exact-match accuracy on forget facts)
 and retain accuracy (greedy exact match on held-out retain facts the training run never sees),
 and 0 when the perplexity of hidden general text exceeds PPL_BOUND times the prepared model's.
+
+Your own model (task.model_path, ai4ai.models): the pristine repo's build_model wraps it in the
+repo's OwnLM, which takes the task's symbols and gives the model's logits of their tokens (so the
+greedy value and the text perplexity are over the task's VOCAB symbols, as for the repo's GPT-2),
+and marks it with `memorised_file`, the memorised weights of its derived repo
+(byom/memorised.safetensors, made once by its prepare step and checked against byom/SHA256SUMS
+beside it): the perplexity bound is relative to that model.
 """
 from __future__ import annotations
 
@@ -79,8 +86,11 @@ def _correct(model: torch.nn.Module, facts: np.ndarray, batch: int = 1024) -> np
     out = []
     for i in range(0, len(x), batch):
         b = x[i:i + batch]
-        h = model.transformer(input_ids=b[:, :source.VALUE_POS]).last_hidden_state[:, -1]
-        logits = model.lm_head(h).double()
+        if _own_file(model):
+            logits = model(input_ids=b[:, :source.VALUE_POS], logits_to_keep=1).logits[:, -1].double()
+        else:
+            h = model.transformer(input_ids=b[:, :source.VALUE_POS]).last_hidden_state[:, -1]
+            logits = model.lm_head(h).double()
         ok = (logits.argmax(-1) == b[:, source.VALUE_POS]) & torch.isfinite(logits).all(-1)
         out.append(ok.cpu().numpy())
     return np.concatenate(out).astype(np.float64)
@@ -102,9 +112,34 @@ def _ppl(model: torch.nn.Module, text: np.ndarray, batch: int = 128) -> float:
 _REF: dict = {}
 
 
+def _own_file(model: torch.nn.Module) -> str | None:
+    """The memorised weights of your own model (set by the pristine build_model); None: the repo's GPT-2."""
+    return getattr(model, "memorised_file", None)
+
+
+def _own_reference(model: torch.nn.Module, path: str) -> torch.nn.Module:
+    """Your own model's memorised weights (checked against the SHA256SUMS beside them) in a copy of `model`."""
+    import copy
+    from safetensors.torch import load
+    path = Path(path)
+    raw = path.read_bytes()
+    sums = dict(reversed(line.split()) for line in (path.parent / "SHA256SUMS").read_text().splitlines())
+    if hashlib.sha256(raw).hexdigest() != sums.get(path.name):
+        raise RuntimeError(f"{path}: sha256 differs from {path.parent / 'SHA256SUMS'}")
+    ref = copy.deepcopy(model)
+    ref.load_state_dict(load(raw), strict=False)
+    return ref.eval()
+
+
 def _reference_ppl(model: torch.nn.Module, text: np.ndarray) -> float:
     """Perplexity of the prepared (memorised) model with the same architecture on `text`."""
     import copy
+    own = _own_file(model)
+    if own:
+        key = (own, hashlib.sha256(text.tobytes()).hexdigest())
+        if key not in _REF:
+            _REF[key] = _ppl(_own_reference(model, own), text)
+        return _REF[key]
     shapes = {k: tuple(v.shape) for k, v in model.named_parameters()}
     key = (tuple(sorted(shapes.items())), hashlib.sha256(text.tobytes()).hexdigest())
     if key not in _REF:

@@ -1,6 +1,8 @@
 """Symbols, model size, prepare recipe and unlearning budget per scale. Protected: the grader reads the same layout."""
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 # ---------------------------------------------------------------- symbols (no tokenizer)
 # 0 newline, 1 space, 2..27 letters a-z, 28 unknown, 29..92 name symbols, 93..156 values, 157.. entities.
@@ -19,6 +21,22 @@ VOCAB = ENTITY0 + N_ENTITIES            # 2,157 symbols
 FACT_LEN, VALUE_POS = NAME_LEN + 3, NAME_LEN + 2
 NAMES_PER_ENTITY = N_NAME_SYMBOLS ** NAME_LEN     # prompts that can be formed for one entity
 TEXT_LEN = 32                           # general text: sequences of 32 letters and spaces
+
+# Your own model (README, "Your own model"): the harness writes byom/ with the model's config,
+# tokenizer and vocab.json, which gives the model's token for each of the VOCAB symbols: SYMBOLS[i]
+# is symbol i, a character (newline, space, a-z: the tokenizer's own token for it) or, for the
+# symbols no text spells, `<unknown>`, `<name i>`, `<value i>`, `<entity i>` (each takes a token of
+# the vocabulary of its own: the lowest free ids, in this order); TOKEN_IDS[i] is its id. The files
+# keep the symbols; the model (model.build_model) maps its input through TOKEN_IDS and predicts over
+# the VOCAB symbols (the model's logits of their tokens).
+SYMBOLS = (["\n", " "] + [chr(97 + i) for i in range(N_LETTERS)] + ["<unknown>"]
+           + [f"<name {i}>" for i in range(N_NAME_SYMBOLS)] + [f"<value {i}>" for i in range(N_VALUES)]
+           + [f"<entity {i}>" for i in range(N_ENTITIES)])
+SEQ_LEN = TEXT_LEN                      # the longest sequence the model reads
+BYOM = Path(__file__).resolve().parent / "byom"
+TOKEN_IDS = None
+if (BYOM / "vocab.json").exists():
+    TOKEN_IDS = [int(i) for i in json.loads((BYOM / "vocab.json").read_text())["token_ids"]]
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,10 @@ PREPARE = {
 }
 if os.environ.get("AI4AI_SHRINK"):       # see SHRUNK_FULL below
     PREPARE["memorised_full"] = Prepare(steps=50, fact_batch=64, text_batch=8, lr=5e-3, negative_batch=32)
+# Your own model memorises by the full recipe's schedule (8,960,000 examples, so every scale's budget is
+# at most ~3% of it) from its pretrained weights, at a gentler peak (prepare.py --own-model): once, the
+# same memorised model at every scale (byom/memorised.safetensors).
+OWN_PREPARE = Prepare(steps=20_000, fact_batch=256, text_batch=64, lr=3e-4, negative_batch=128)
 
 SCALES = {
     # ci and smoke share the prepared model; the budget is at most ~5% of memorisation's examples

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from safetensors.torch import load as load_safetensors
 
-from config import get_scale
+from config import BYOM, TOKEN_IDS, get_scale
 
 REPO = Path(__file__).resolve().parent
 DATA = REPO / "data"
@@ -47,11 +47,24 @@ def load_array(name: str) -> torch.Tensor:
     return torch.from_numpy(np.load(io.BytesIO(raw)).astype(np.int64))
 
 
+def prepared_path(scale: str) -> Path:
+    """The prepared (memorised) model of `scale`: artifacts/<artifact>.safetensors, or with your own
+    model byom/memorised.safetensors (the same at every scale)."""
+    if TOKEN_IDS is not None:
+        return BYOM / "memorised.safetensors"
+    return ARTIFACTS / f"{get_scale(scale).artifact}.safetensors"
+
+
 def load_prepared(model: torch.nn.Module, scale: str) -> torch.nn.Module:
-    """Load the prepared (memorised) weights of `scale` into `model`, checking artifacts/SHA256SUMS."""
-    name = f"{get_scale(scale).artifact}.safetensors"
-    raw = _checked_bytes(ARTIFACTS / name, ARTIFACTS / "SHA256SUMS")
-    model.load_state_dict(load_safetensors(raw), strict=False)   # tied lm_head.weight is wte.weight
+    """Load the prepared (memorised) weights of `scale` into `model`, checking the SHA256SUMS beside them."""
+    path = prepared_path(scale)
+    raw = _checked_bytes(path, path.parent / "SHA256SUMS")
+    weights = load_safetensors(raw)
+    if TOKEN_IDS is not None:           # every parameter of your own model, tied ones once
+        names = {k for k, _ in model.named_parameters()}
+        if set(weights) != names:
+            raise RuntimeError(f"{path}: parameter names differ from the model's ({sorted(set(weights) ^ names)[:5]})")
+    model.load_state_dict(weights, strict=False)   # tied lm_head.weight is wte.weight
     return model
 
 
