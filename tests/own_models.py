@@ -55,14 +55,21 @@ def _tokenizer(kind: str, vocab_size: int):
 
 
 def save_model(dest: Path, arch: str, tokenizer: str | None = None, n_positions: int = 128, seed: int = 0,
-               vocab_size: int = 320) -> Path:
+               vocab_size: int = 320, memorising: bool = False) -> Path:
     """A tiny random-initialised causal LM of `arch` (gpt2 | llama) with its tokenizer, saved in `dest`
-    (a vocabulary of `vocab_size` tokens: unlearning's 2,157 symbols need more than the default)."""
+    (a vocabulary of `vocab_size` tokens: unlearning's 2,157 symbols need more than the default).
+
+    `memorising`: the gpt2 is made to memorise unlearning's facts in a few hundred CPU steps (the
+    tests' shrunk recipe), as the llama already is: input and output embeddings untied and no
+    dropout. Tied at this size (32 wide, the output softmax over 2,157 symbols pushing on the same
+    rows the prompt reads) it learned no fact in 400 steps (0.0% at lr 1e-2 or 5e-3, 0.7% without
+    dropout) and answered UNKNOWN to every prompt; untied, no dropout: 19% at lr 1e-2."""
     from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
     tok = _tokenizer(tokenizer or arch, vocab_size=vocab_size)
     if arch == "gpt2":
+        fast = dict(tie_word_embeddings=False, attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0) if memorising else {}
         cfg = GPT2Config(vocab_size=len(tok), n_positions=n_positions, n_embd=32, n_layer=2, n_head=2,
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **fast)
     elif arch == "llama":
         cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=n_positions,

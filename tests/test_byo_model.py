@@ -35,8 +35,9 @@ SHRUNK_FACTS = {"unlearning": {"forget": 1000, "retain": 500, "text": 128}}
 SHRUNK_PREPARE = {"dpo": ("OWN_STEPS, OWN_LR = 1000, 3e-4", "OWN_STEPS, OWN_LR = 800, 3e-3"),
                   # the tiny random models learn the source in one pass only at the repo's own peak
                   "pruning": ("OWN_STEPS, OWN_LR = 500, 3e-4", "OWN_STEPS, OWN_LR = 500, 3e-3"),
-                  # memorising: 400 steps (~1.5 min on one thread) teach the tiny llama ~12% of the 12,000
-                  # facts at this peak with fewer near misses (20,000 steps are for a real model on a GPU)
+                  # memorising: 400 steps (~1.5 min on one thread) teach the tiny llama ~10% of the 12,000
+                  # facts at this peak, the tiny gpt2 (untied, no dropout: own_models.save_model) ~19%
+                  # (20,000 steps are for a real model on a GPU)
                   "unlearning": ("config.py",
                                  "OWN_PREPARE = Prepare(steps=20_000, fact_batch=256, text_batch=64, lr=3e-4, "
                                  "negative_batch=128)",
@@ -47,11 +48,12 @@ SHRUNK_PREPARE = {"dpo": ("OWN_STEPS, OWN_LR = 1000, 3e-4", "OWN_STEPS, OWN_LR =
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """The tiny models, made once: llama and gpt2 (Llama- and GPT-2-class), the same with a vocabulary of
-    2,400 (llama_2400, gpt2_2400), and broken folders."""
+    2,400 (llama_2400, gpt2_2400: made to memorise, own_models.save_model), and broken folders."""
     root = tmp_path_factory.mktemp("own_models")
     out = {arch: save_model(root / arch, arch) for arch in ("llama", "gpt2")}
     for n in sorted(set(BIG_VOCAB.values())):
-        out.update({f"{arch}_{n}": save_model(root / f"{arch}_{n}", arch, vocab_size=n) for arch in ("llama", "gpt2")})
+        out.update({f"{arch}_{n}": save_model(root / f"{arch}_{n}", arch, vocab_size=n, memorising=True)
+                    for arch in ("llama", "gpt2")})
     out["digits"] = save_model(root / "digits", "llama", tokenizer="digits")
     out["no_tokenizer"] = root / "no_tokenizer"
     shutil.copytree(out["gpt2"], out["no_tokenizer"],
