@@ -62,6 +62,11 @@ CACHE_ROOT = PROJECT_ROOT / "outputs" / ".cache" / "own_models"
 # the GPU when this machine has one (the others run on the CPU, one thread). Once made, the derived repo is
 # fixed: its byom/ weights are part of the task version.
 ON_DEVICE = ("unlearning",)
+# The tasks whose repo-prepared artifacts (task config data.artifacts) are still used beside your model:
+# distillation's teacher. For the others they are the prepared model yours replaces, so the derived
+# task has no artifacts step: `python -m ai4ai.prepare ... task.model_path=PATH` and the dry run do not
+# ask for the repo's own model, which training on yours never loads.
+KEEP_REPO_ARTIFACTS = ("distillation",)
 REGISTRY = "models.yaml"          # beside anchors.yaml: which model each task version was made from
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -330,7 +335,7 @@ def with_model(task: Task) -> Task:
     info = check_model_path(task)
     repo = _derive(task, info)
     info = replace(info, n_params=int((repo.parent / "n_params").read_text()))
-    derived = replace(task, repo=repo,
+    derived = replace(task, repo=repo, artifacts=task.artifacts if task.name in KEEP_REPO_ARTIFACTS else None,
                       description=f"{task.description} This copy trains your own model: {info.architecture}, "
                                   f"{info.n_params:,} parameters, a vocabulary of {info.vocab_size:,} (README).",
                       scales={s: replace(b, n_params=info.n_params) for s, b in task.scales.items()})

@@ -360,3 +360,24 @@ def test_audit_regrades_a_brought_model_run_on_that_model(task_name, saved, hook
     rep = auditing.audit_run(copy, regrade=False, model_path=moved)
     assert {d["what"]: d for d in rep["drift"]}["model"]["changed"] is False
     assert log
+
+
+@pytest.mark.parametrize("task_name, keeps", [("sft", False), ("pruning", False), ("unlearning", False),
+                                               ("dpo", False), ("reward_model", False), ("distillation", True)])
+def test_the_repos_own_prepared_model_is_not_asked_for_on_yours(task_name, keeps, saved, monkeypatch, tmp_path):
+    """At full, `python -m ai4ai.prepare task.model_path=PATH` runs the repo's artifacts step only where its
+    output is still used beside your model (distillation's teacher): for the others it would make the very
+    model yours replaces, which training on yours never loads."""
+    from ai4ai.preparing import needs_artifacts
+    task = load_task(task_name)
+    assert needs_artifacts(task, "full")
+    repo = tmp_path / f"{task_name}-derived" / "repo"
+    repo.mkdir(parents=True)
+    (repo.parent / "n_params").write_text("1000")
+    monkeypatch.setattr(models, "CACHE_ROOT", tmp_path)
+    monkeypatch.setattr(models, "_derive", lambda t, info: repo)      # the derived repo's making is tested above
+    monkeypatch.setattr(models, "register", lambda *a, **k: None)
+    arch = f"llama_{BIG_VOCAB[task_name]}" if task_name in BIG_VOCAB else "llama"
+    derived = models.with_model(replace(task, model_path=str(saved[arch])))
+    assert derived.repo == repo
+    assert needs_artifacts(derived, "full") is keeps
