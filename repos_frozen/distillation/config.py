@@ -62,8 +62,10 @@ SCALES = {
 # AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
 # code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
 # calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
-SHRUNK_FULL = Scale(n_layer=1, n_embd=16, n_head=2, teacher_layer=1, teacher_embd=32, teacher_head=2,
-                     teacher_steps=20, budget_prompts=128, budget_teacher_tokens=10_000, bf16=True)
+# Student and teacher as at ci, the teacher trained 600 steps (seconds), so that the student's exact match
+# is above the no-information model's 0, as calibration requires (a 20-step teacher taught nothing).
+SHRUNK_FULL = Scale(n_layer=1, n_embd=32, n_head=2, teacher_layer=3, teacher_embd=64, teacher_head=4,
+                     teacher_steps=600, budget_prompts=128, budget_teacher_tokens=10_000, bf16=True)
 
 
 def get_scale(name: str) -> Scale:

@@ -46,7 +46,10 @@ SCALES = {
 # AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
 # code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
 # calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
-SHRUNK_FULL = Scale(n_layer=1, n_embd=32, n_head=2, budget_pairs=256, pretrain_steps=20, pretrain_batch=16, bf16=True)
+# 1,024 pairs (32 steps) on a base pretrained 200 steps (seconds), so that the shipped reward model ranks the
+# pairs above chance (the no-information model's 0.5) by more than the noise, as calibration requires.
+SHRUNK_FULL = Scale(n_layer=1, n_embd=32, n_head=2, budget_pairs=1_024, pretrain_steps=200, pretrain_batch=16,
+                    bf16=True)
 
 
 def get_scale(name: str) -> Scale:
