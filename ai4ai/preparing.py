@@ -223,6 +223,16 @@ def artifact_state(task: Task, scale: str) -> dict[str, str]:
     return out
 
 
+def readable(task: Task) -> None:
+    """Make the prepared artifacts (and their SHA256SUMS) readable by everyone: training runs as an
+    unprivileged user in the sandbox, and safetensors (0.8) writes its files with mode 0600, so a
+    prepared model would otherwise be unreadable there (PermissionError in every training run)."""
+    for rel in task.artifacts.writes:
+        for p in (task.repo / rel, (task.repo / rel).parent / "SHA256SUMS"):
+            if p.is_file() and not p.is_symlink() and (p.stat().st_mode & 0o444) != 0o444:
+                p.chmod(p.stat().st_mode | 0o444)
+
+
 def artifact_command(task: Task, scale: str, device: str, data: Path | None) -> list[str]:
     import shlex
     argv = shlex.split(task.artifacts.command.format(scale=scale, device=device, data=str(data or "")))
@@ -238,6 +248,7 @@ def prepare_artifacts(task: Task, scale: str, device: str, data: Path | None, pr
         return {}
     state = artifact_state(task, scale)
     if all(v == "ok" for v in state.values()):
+        readable(task)
         say(f"  {task.name} {scale} artifacts: {', '.join(state)} present, checksums match")
         return state
     if task.artifacts.data_function:     # what the command reads, written by the grader (never committed)
@@ -265,6 +276,7 @@ def prepare_artifacts(task: Task, scale: str, device: str, data: Path | None, pr
     if rc != 0:
         tail = log.read_text().strip().splitlines()[-5:]
         raise RuntimeError(f"{task.name}: the repo's prepare step exited with {rc} (log {log}):\n  " + "\n  ".join(tail))
+    readable(task)
     state = artifact_state(task, scale)
     bad = {k: v for k, v in state.items() if v != "ok"}
     if bad:

@@ -50,14 +50,15 @@ def test_compile_autocast_and_logging_are_engineering(optimizer_task):
     patch = _edit(repo, "train.py",
                   ("model = build_model(args.scale).to(device)",
                    "model = torch.compile(build_model(args.scale).to(device))\ntorch.set_float32_matmul_precision('high')"),
-                  ("    loss = model(input_ids=batch, labels=batch).loss ",
-                   "    with torch.autocast(device_type=device.type, dtype=torch.bfloat16):\n"
-                   "        loss = model(input_ids=batch, labels=batch).loss "),
+                  # the shipped autocast (bf16 at full only) made unconditional
+                  ("    with train_autocast(args.scale, device):",
+                   "    with torch.autocast(device_type=device.type, dtype=torch.bfloat16):"),
                   ('print(f"step {done}/{total_steps} loss {loss.item():.4f} "',
                    'print(f"step {done}/{total_steps} loss {loss.item():.3f} "'))
     c = classify_patch(patch, repo)
     assert c.label == "engineering", c
-    assert "no changed statement touches a learning term" in c.reason and "torch.compile" in c.reason
+    assert "no changed statement touches a learning term" in c.reason
+    assert any("torch.compile" in e for e in c.evidence), c
 
 
 def test_fused_kernel_for_the_same_op_is_engineering(optimizer_task):
@@ -138,7 +139,7 @@ def _kimport(*names):
     ("optimizer", "train.py", [_kimport("fused_linear_cross_entropy"), (OPT_LOSS, FLCE)]),
     # the same, README style: the hidden state in a statement of its own
     ("optimizer", "train.py", [_kimport("fused_linear_cross_entropy"),
-                               (OPT_LOSS, "h = model.transformer(batch)[0]\n    loss = fused_linear_cross_entropy("
+                               (OPT_LOSS, "h = model.transformer(batch)[0]\n        loss = fused_linear_cross_entropy("
                                           "h[:, :-1], model.lm_head.weight, batch[:, 1:].reshape(-1))")]),
     # the model's loss -> our cross-entropy over its logits, shifted by hand
     ("optimizer", "train.py", [_kimport("cross_entropy"),
@@ -154,9 +155,9 @@ def _kimport(*names):
                                    "loss = cross_entropy(logits, y)")]),
     # the logits never materialised: the fused loss replaces both the logits and the CE lines
     ("distillation", "train.py", [_kimport("fused_linear_cross_entropy"),
-                                  ("        logits = model(input_ids=x).logits\n"
-                                   "        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=-100)",
-                                   "        loss = fused_linear_cross_entropy(model.transformer(x).last_hidden_state, "
+                                  ("            logits = model(input_ids=x).logits.float()                 # the loss in fp32\n"
+                                   "            loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=-100)",
+                                   "            loss = fused_linear_cross_entropy(model.transformer(x).last_hidden_state, "
                                    "model.lm_head.weight, y)")]),
     # a local alias of the torch function rebound to ours
     ("graph_diffusion", "train.py", [_kimport("cross_entropy"), ("ce = torch.nn.functional.cross_entropy", "ce = cross_entropy")]),

@@ -169,6 +169,25 @@ def test_shrunk_full_has_its_own_cache_key(monkeypatch):
     assert prep.cache_key(task) == f"{full}-shrunk-cpu" and prep.shrink_env() == {prep.SHRINK_ENV: "cpu"}
 
 
+
+def test_prepared_artifacts_are_made_readable_by_the_sandbox_user(tmp_path):
+    """safetensors writes 0600 files; training reads the prepared model as an unprivileged user."""
+    import dataclasses
+    import stat
+    import torch
+    from safetensors.torch import save_file
+    task = load_task("sft")
+    repo = tmp_path / "repo"
+    (repo / "artifacts").mkdir(parents=True)
+    art = repo / task.artifacts.writes[0]
+    save_file({"w": torch.zeros(2)}, str(art))
+    (art.parent / "SHA256SUMS").write_text(f"{prep.sha256_file(art)}  {art.name}\n")
+    (art.parent / "SHA256SUMS").chmod(0o600)
+    art.chmod(0o600)                    # as safetensors 0.8 leaves it
+    prep.readable(dataclasses.replace(task, repo=repo))
+    for f in (art, art.parent / "SHA256SUMS"):
+        assert stat.S_IMODE(f.stat().st_mode) & 0o444 == 0o444, f
+
 def _raw(name):
     import yaml
     from ai4ai.task import TASK_DIR

@@ -22,6 +22,8 @@ VALIDATION_SEQUENCES = SPLITS["validation"]
 TRAIN_SEQUENCES = {"ci": 2_048, "smoke": 16_384, "full": 4_194_304}
 if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_SEQUENCES = {**TRAIN_SEQUENCES, "full": 512}
+    SPLITS = {"selection": 128, "test": 256, "validation": 128}
+    VALIDATION_SEQUENCES = SPLITS["validation"]
 
 
 def _secrets() -> dict:

@@ -53,7 +53,8 @@ PRETRAIN_FULL_SEQUENCES = 640_000
 if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py); the repo's config.py agrees
     ARCH = {**ARCH, "dense_full": dict(n_layer=2, n_embd=32, n_head=2)}
     CALIB_FILE_SEQUENCES = {**CALIB_FILE_SEQUENCES, "full": 128}
-    PRETRAIN_FULL_SEQUENCES = 640
+    PRETRAIN_FULL_SEQUENCES = 9_600       # the repo's 300 shrunk pretraining steps of 32
+    SPLITS = {"selection": 128, "test": 256, "validation": 128}   # the hidden splits too: evaluation in seconds
 
 _last_dense = "dense_small"     # the dense model of the last model seen (anchors pass cfg=None)
 _last_own = None                # ... and, for your own model, (its dense file, a copy of that model)

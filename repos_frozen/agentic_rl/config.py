@@ -42,8 +42,10 @@ TRAIN_SEED = 33           # training levels: TrainingEnv draws from (TRAIN_SEED,
 # AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
 # code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
 # calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
-SHRUNK_FULL = Scale(size=5, n_boxes=1, wall_prob=0.12, scramble=60, min_box_dist=3, max_steps=30, hidden=32,
-                     budget_env_steps=20_000, bc_levels=20, bc_epochs=2)
+# The warm start is cloned as at ci (120 levels, 40 epochs: about a second), so that the shipped
+# algorithm beats the no-information policy, as calibration requires (20 levels x 2 epochs did not).
+SHRUNK_FULL = Scale(size=5, n_boxes=1, wall_prob=0.12, scramble=60, min_box_dist=3, max_steps=30, hidden=64,
+                     budget_env_steps=20_000, bc_levels=120, bc_epochs=40)
 
 
 def get_scale(name: str) -> Scale:

@@ -42,6 +42,8 @@ class Scale:
     teacher_steps: int          # prepare.py's optimizer steps on the ground-truth set
     budget_prompts: int         # training prompts data.TrainingSplit serves in one run (repeats count)
     budget_teacher_tokens: int  # token positions teacher.Teacher processes in one run
+    bf16: bool = False          # bf16 autocast in training's forward and loss (model.train_autocast); on at
+                                # full only: ci and smoke compute in fp32 exactly as without it
 
 
 SCALES = {
@@ -53,15 +55,17 @@ SCALES = {
     # 100 epochs of 4,096 steps of 64 = 409,600 steps, 524M student tokens; 6*N*D = 2.5e15 FLOPs, a
     # 4-layer eager step is dispatch-bound at ~6.5 ms: ~45 min. Teacher tokens 76 per prompt, as at smoke.
     "full": Scale(n_layer=4, n_embd=128, n_head=4, teacher_layer=8, teacher_embd=384, teacher_head=6,
-                  teacher_steps=40_000, budget_prompts=262_144, budget_teacher_tokens=20_000_000),
+                  teacher_steps=40_000, budget_prompts=262_144, budget_teacher_tokens=20_000_000, bf16=True),
 }
 
 
 # AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
 # code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
 # calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
-SHRUNK_FULL = Scale(n_layer=1, n_embd=16, n_head=2, teacher_layer=1, teacher_embd=32, teacher_head=2,
-                     teacher_steps=20, budget_prompts=128, budget_teacher_tokens=10_000)
+# Student and teacher as at ci, the teacher trained 600 steps (seconds), so that the student's exact match
+# is above the no-information model's 0, as calibration requires (a 20-step teacher taught nothing).
+SHRUNK_FULL = Scale(n_layer=1, n_embd=32, n_head=2, teacher_layer=3, teacher_embd=64, teacher_head=4,
+                     teacher_steps=600, budget_prompts=128, budget_teacher_tokens=10_000, bf16=True)
 
 
 def get_scale(name: str) -> Scale:

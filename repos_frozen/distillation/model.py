@@ -120,3 +120,13 @@ def greedy_generate(model: torch.nn.Module, prompts: torch.Tensor, max_new: int 
                 break
             res = model(input_ids=nxt[:, None], past_key_values=res.past_key_values, use_cache=True)
     return (out, out_logits) if return_logits else out
+
+
+def train_autocast(scale: str, device) -> torch.autocast:
+    """The precision of training's forward and loss at `scale` (config.Scale.bf16): bf16 autocast at
+    `full`, as a research repo trains on a GPU (on any device type, so that the shrunk-full tests run
+    this path on a CPU); a disabled context at ci and smoke, where training is fp32 exactly as without
+    it. Parameters, gradients, optimizer state and checkpoints stay fp32 (the grader loads fp32 only);
+    evaluation never enters it and runs in fp32 with TF32 off."""
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16,
+                          enabled=get_scale(scale).bf16)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from checkpoint import save_checkpoint
 from config import VOCAB
 from data import TrainingSplit, join
-from model import build_model, load_base
+from model import build_model, load_base, train_autocast
 from teacher import Teacher
 
 # Swept at smoke (validation exact match, best of the last three checkpoints): peak LR with weight
@@ -77,8 +77,9 @@ for epoch in range(EPOCHS):
         lr = LR * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / total_steps))
         for group in optimizer.param_groups:
             group["lr"] = lr
-        logits = model(input_ids=x).logits
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=-100)
+        with train_autocast(args.scale, device):                       # bf16 at full (config.Scale.bf16)
+            logits = model(input_ids=x).logits.float()                 # the loss in fp32
+            loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=-100)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

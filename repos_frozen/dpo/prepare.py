@@ -32,7 +32,7 @@ ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 SEED = 1234
 STEPS = {"ci": 1000, "smoke": 1000, "full": 20000}
 if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (config.SHRUNK_FULL; tests only)
-    STEPS = {**STEPS, "full": 20}
+    STEPS = {**STEPS, "full": 500}
 BATCH = 64
 LR = 3e-3
 OWN_STEPS, OWN_LR = 1000, 3e-4

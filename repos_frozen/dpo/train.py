@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from checkpoint import load_policy, save_checkpoint
 from data import PairSplit
-from model import answer_mask, token_logps
+from model import answer_mask, token_logps, train_autocast
 
 BETA = 0.1           # DPO temperature, the paper's default
 LR = 3e-6            # best of {1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3} at smoke (validation rate
@@ -85,7 +85,8 @@ def main():
         chosen, rejected = trim(chosen, rejected)
         for group in optimizer.param_groups:
             group["lr"] = LR * min(1.0, (step + 1) / WARMUP)
-        loss, margin = dpo_loss(policy, reference, chosen.to(device), rejected.to(device), plen.to(device))
+        with train_autocast(args.scale, device):                       # bf16 at full (config.Scale.bf16)
+            loss, margin = dpo_loss(policy, reference, chosen.to(device), rejected.to(device), plen.to(device))
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

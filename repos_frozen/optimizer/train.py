@@ -13,7 +13,7 @@ import torch
 
 from checkpoint import save_checkpoint
 from data import TrainingSplit
-from model import build_model
+from model import build_model, train_autocast
 from optim import build_optimizer, lr_at
 
 BATCH_SIZE = 32      # sequences per optimizer step
@@ -49,7 +49,8 @@ for step in range(total_steps):
     batch = split.get(idx).to(device)                                  # [B, T]
     for group in optimizer.param_groups:
         group["lr"] = lr_at(step, total_steps)
-    loss = model(input_ids=batch, labels=batch).loss                   # mean next-token NLL
+    with train_autocast(args.scale, device):                           # bf16 at full (config.Scale.bf16)
+        loss = model(input_ids=batch, labels=batch).loss               # mean next-token NLL
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

@@ -29,6 +29,8 @@ class Scale:
     budget_pairs: int       # preference pairs the training split serves in one run (the data budget)
     pretrain_steps: int     # prepare.py: LM steps on the unlabelled responses (the base model)
     pretrain_batch: int
+    bf16: bool = False      # bf16 autocast in training's forward and loss (model.train_autocast); on at
+                            # full only: ci and smoke compute in fp32 exactly as without it
 
 
 SCALES = {
@@ -37,14 +39,17 @@ SCALES = {
     # full, one H200 (estimate; README "Full scale"): 10.7M params, 8,388,608 pairs (two passes over the
     # 4,194,304 the grader materializes), 262,144 steps of 32; 403M tokens, 6*N*D = 2.6e16 FLOPs,
     # dispatch-bound at ~8 ms a step: ~35 min. prepare.py's 20,000 pretraining steps: ~3 min.
-    "full": Scale(n_layer=6, n_embd=384, n_head=6, budget_pairs=8_388_608, pretrain_steps=20_000, pretrain_batch=256),
+    "full": Scale(n_layer=6, n_embd=384, n_head=6, budget_pairs=8_388_608, pretrain_steps=20_000, pretrain_batch=256, bf16=True),
 }
 
 
 # AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
 # code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
 # calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
-SHRUNK_FULL = Scale(n_layer=1, n_embd=32, n_head=2, budget_pairs=256, pretrain_steps=20, pretrain_batch=16)
+# 1,024 pairs (32 steps) on a base pretrained 200 steps (seconds), so that the shipped reward model ranks the
+# pairs above chance (the no-information model's 0.5) by more than the noise, as calibration requires.
+SHRUNK_FULL = Scale(n_layer=1, n_embd=32, n_head=2, budget_pairs=1_024, pretrain_steps=200, pretrain_batch=16,
+                    bf16=True)
 
 
 def get_scale(name: str) -> Scale:

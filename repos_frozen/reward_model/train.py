@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from checkpoint import save_checkpoint
 from data import PreferencePairs
-from model import build_model, load_base
+from model import build_model, load_base, train_autocast
 
 BATCH_SIZE = 32      # pairs per optimizer step
 LR = 3e-4            # smoke, seed 0, validation (best of the last 3): 1e-4 0.843, 3e-4 0.846, 1e-3 0.846
@@ -63,8 +63,9 @@ for step in range(total_steps):
     if step > 0 and start < BATCH_SIZE:             # a new pass: a new order
         perm = torch.randperm(len(pairs), generator=order)
     a, b, label, _rater = (t.to(device) for t in pairs.get(perm[start:start + BATCH_SIZE]))
-    r = model(torch.cat([a, b]))                    # one forward for both sides
-    loss = preference_loss(r[:len(a)], r[len(a):], label)
+    with train_autocast(args.scale, device):        # bf16 at full (config.Scale.bf16)
+        r = model(torch.cat([a, b]))                # one forward for both sides; fp32 rewards
+        loss = preference_loss(r[:len(a)], r[len(a):], label)
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

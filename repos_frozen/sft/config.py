@@ -66,6 +66,8 @@ class Scale:
     n_head: int
     budget_examples: int    # worked solutions the training split serves in one run (the data budget)
     pretrain_steps: int     # prepare.py: steps of the base model's pretraining (batches of 32)
+    bf16: bool = False      # bf16 autocast in training's forward and loss (model.train_autocast); on at
+                            # full only: ci and smoke compute in fp32 exactly as without it
 
 
 SCALES = {
@@ -75,14 +77,14 @@ SCALES = {
     # grader's 4,194,304-example split) = 67M tokens, 262,144 steps of 4 (train.py's BATCH_SIZE, the
     # smoke sweep's choice); 6*N*D = 4.3e15 FLOPs (seconds at 30% MFU), dispatch-bound at ~8.5 ms a
     # step: ~37 min. prepare.py's 20,000 pretraining steps: ~3 min.
-    "full": Scale(n_layer=6, n_embd=384, n_head=6, budget_examples=1_048_576, pretrain_steps=20_000),
+    "full": Scale(n_layer=6, n_embd=384, n_head=6, budget_examples=1_048_576, pretrain_steps=20_000, bf16=True),
 }
 
 
 # AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
 # code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
 # calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
-SHRUNK_FULL = Scale(n_layer=1, n_embd=32, n_head=2, budget_examples=512, pretrain_steps=20)
+SHRUNK_FULL = Scale(n_layer=1, n_embd=32, n_head=2, budget_examples=512, pretrain_steps=20, bf16=True)
 
 
 def get_scale(name: str) -> Scale:

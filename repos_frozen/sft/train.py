@@ -16,7 +16,7 @@ import torch
 from checkpoint import save_checkpoint
 from config import PAD
 from data import TrainingSplit
-from model import build_model, load_base
+from model import build_model, load_base, train_autocast
 
 LR = 2e-3            # constant; swept at smoke, batch 16: 2e-3 and 3e-3 tie on this base (validation EM 0.446, 0.444, seed 1000); on an earlier base 1e-3 was slow and 5e-3 stalled on some seeds
 BETAS = (0.9, 0.95)
@@ -58,7 +58,8 @@ for step in range(total_steps):
     idx = perm[(step * BATCH_SIZE) % len(split):][:BATCH_SIZE]
     batch = split.get(idx).to(device)                                  # [B, T]
     labels = batch.masked_fill(batch == PAD, -100)                     # every real token, prompt included
-    loss = model(input_ids=batch, labels=labels).loss                  # mean next-token CE
+    with train_autocast(args.scale, device):                           # bf16 at full (config.Scale.bf16)
+        loss = model(input_ids=batch, labels=labels).loss              # mean next-token CE
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
     optimizer.step()
