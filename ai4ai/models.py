@@ -56,7 +56,6 @@ from .workspace import copy_repo, make_writable
 
 # The tasks that start from a prepared LM and take task.model_path, in the order they gained it.
 OWN_MODEL_TASKS = ("sft", "dpo", "reward_model", "distillation", "pruning", "unlearning")
-PLANNED = ()
 CACHE_ROOT = PROJECT_ROOT / "outputs" / ".cache" / "own_models"
 # The tasks whose prepare step on your model trains long (unlearning's memorisation, 20,000 steps): it runs on
 # the GPU when this machine has one (the others run on the CPU, one thread). Once made, the derived repo is
@@ -190,8 +189,7 @@ def check_model_path(task: Task) -> ModelInfo:
     build, or its vocabulary cannot encode the task's characters."""
     where = task.model_path
     if task.name not in OWN_MODEL_TASKS:
-        more = " (not supported yet: planned)" if task.name in PLANNED else ""
-        raise ModelPathError(where, f"task {task.name} does not take task.model_path{more}; tasks that do: "
+        raise ModelPathError(where, f"task {task.name} does not take task.model_path; tasks that do: "
                                     f"{', '.join(OWN_MODEL_TASKS)}")
     expected = ("expected a Hugging Face model folder as save_pretrained writes it: config.json, the weights "
                 "(model.safetensors) and the tokenizer's files (tokenizer.json); nothing is ever downloaded")
