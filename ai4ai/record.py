@@ -1,6 +1,7 @@
 """Records: result.json in the run dir and the same row in an SQLite results database."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import re
@@ -18,11 +19,28 @@ def config_sha(agent_cfg: dict) -> str:
 
 
 def connect(db: Path) -> sqlite3.Connection:
+    """A connection to the results database, its schema in place. Many graders (Hydra's local and
+    Slurm launchers) write to one database at once: the journal-mode switch and the schema are
+    set up under an exclusive lock on a side file, because SQLite answers a concurrent
+    `PRAGMA journal_mode=WAL` with "database is locked" at once, without waiting out the busy
+    timeout. Rows are then written in WAL mode, where writers wait for each other."""
     db.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(str(db), timeout=120)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute(f"CREATE TABLE IF NOT EXISTS results (id INTEGER PRIMARY KEY AUTOINCREMENT, "
-                f"{', '.join(c + ' TEXT' if c not in ('score', 'raw_mean', 'seed') else c + ' REAL' for c in COLUMNS)})")
+    try:
+        with open(db.with_name(db.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    con.execute("PRAGMA journal_mode=WAL")
+                cols = ", ".join(c + (" REAL" if c in ("score", "raw_mean", "seed") else " TEXT") for c in COLUMNS)
+                con.execute(f"CREATE TABLE IF NOT EXISTS results (id INTEGER PRIMARY KEY AUTOINCREMENT, {cols})")
+                _cells(con)
+                con.commit()
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+    except BaseException:
+        con.close()
+        raise
     return con
 
 
@@ -45,7 +63,6 @@ def find_done(db: Path, task: str, agent_cfg: dict, scale: str, seed: int, versi
                           (task, config_sha(agent_cfg), scale, seed, version)).fetchone()
         if row:
             return {"run_dir": row[0], "score": row[1], "status": row[2]}
-        _cells(con)
         cell = con.execute("SELECT run_dir FROM cells WHERE cell=? AND phase=?",
                            (cell_key(task, agent_cfg, scale, seed, version), ERROR_REPEATED)).fetchone()
         if cell:
@@ -76,7 +93,6 @@ def note_error(db: Path, cell: str, reason: str | None) -> int:
     """Count an `error` attempt of `cell`; returns how many attempts have ended with this reason."""
     sig = error_signature(reason)
     with connect(db) as con:
-        _cells(con)
         con.execute("INSERT INTO cell_errors VALUES (?, ?, 1, ?, ?) ON CONFLICT(cell, signature) DO UPDATE SET "
                     "count=count+1, reason=excluded.reason, updated=excluded.updated", (cell, sig, reason, now()))
         return con.execute("SELECT count FROM cell_errors WHERE cell=? AND signature=?", (cell, sig)).fetchone()[0]
@@ -89,7 +105,6 @@ def cell_key(task: str, agent_cfg: dict, scale: str, seed: int, version: str) ->
 def mark_cell(db: Path, cell: str, run_dir: Path, phase: str) -> None:
     """Progress of a run's cell: `agent_done` (submission written, grading pending) or `graded`."""
     with connect(db) as con:
-        _cells(con)
         con.execute("INSERT INTO cells VALUES (?, ?, ?, ?) ON CONFLICT(cell) DO UPDATE SET run_dir=excluded.run_dir, "
                     "phase=excluded.phase, updated=excluded.updated", (cell, str(run_dir), phase, now()))
 
@@ -99,7 +114,6 @@ def pending_grading(db: Path, cell: str) -> Path | None:
     if not db.exists():
         return None
     with connect(db) as con:
-        _cells(con)
         row = con.execute("SELECT run_dir FROM cells WHERE cell=? AND phase='agent_done'", (cell,)).fetchone()
     if row and (Path(row[0]) / "submission.patch").exists():
         return Path(row[0])
