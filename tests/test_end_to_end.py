@@ -53,16 +53,6 @@ def test_baseline_agent_scores_about_point_one(compose_cfg, tmp_path):
     assert not (tmp_path / "run_again" / "result.json").exists()
 
 
-def test_example_patch_scores_above_point_one(compose_cfg, tmp_path):
-    cfg = compose_cfg("config", CI + ["agent=patch", f"agent.patch={example('muon.patch')}"])
-    run_dir = tmp_path / "run_muon"
-    pipeline.run(cfg, run_dir)
-    r = _result(run_dir)
-    assert r["status"] == "graded"
-    assert sorted(r["submission"]["files"]) == ["algorithm/muon.py", "optim.py", "train.py"]
-    assert r["score"] > 0.15, r["score_per_seed"]
-
-
 def test_command_agent_edits_in_the_sandbox_and_protected_edits_are_dropped(compose_cfg, tmp_path):
     cmd = ("sed -i 's/^LR = 3e-3/LR = 2e-3/' optim.py && echo '# hacked' >> model.py && "
            "ls /sys/class/net && test ! -e /work")
@@ -124,14 +114,15 @@ def test_dry_run_prints_the_plan_and_exits(compose_cfg, tmp_path, capsys):
 
 
 def test_harness_error_is_retried_and_resumes_at_grading(compose_cfg, tmp_path, monkeypatch):
-    """An `error` (the harness's fault) is not scored; the rerun grades the same submission, no new agent phase."""
+    """An `error` (the harness's fault) is not scored; the rerun grades the same submission, no new agent
+    phase. The submission is an example patch (Muon), which then scores above 0.1."""
     import ai4ai.grading as grade_mod
     real = grade_mod.run_worker
 
     def broken(*a, **k):
         raise RuntimeError("evaluation worker lost")
     monkeypatch.setattr(grade_mod, "run_worker", broken)
-    cfg = compose_cfg("config", CI + ["agent=patch", f"agent.patch={example('warmup_cosine.patch')}"])
+    cfg = compose_cfg("config", CI + ["agent=patch", f"agent.patch={example('muon.patch')}"])
     first = tmp_path / "first"
     pipeline.run(cfg, first)
     r = _result(first)
@@ -141,7 +132,9 @@ def test_harness_error_is_retried_and_resumes_at_grading(compose_cfg, tmp_path, 
     pipeline.run(cfg, second)
     assert not second.exists()                       # resumed in the first run dir
     r = _result(first)
-    assert r["status"] == "graded" and r["submission"]["files"] == ["optim.py"]
+    assert r["status"] == "graded"
+    assert sorted(r["submission"]["files"]) == ["algorithm/muon.py", "optim.py", "train.py"]
+    assert r["score"] > 0.15, r["score_per_seed"]
     with connect(Path(cfg.results_db)) as con:
         statuses = [s for (s,) in con.execute("SELECT status FROM results ORDER BY id")]
     assert statuses == ["error", "graded"]
