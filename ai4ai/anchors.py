@@ -18,7 +18,6 @@ wall and CPU time, from which the caps derive.
 """
 from __future__ import annotations
 
-import fcntl
 import socket
 import statistics
 import time
@@ -31,7 +30,7 @@ from .console import say
 from .context import Key, RunContext
 from .evaluation import EvalSpec, run_worker
 from .grading import grade_seeds
-from .layout import RunDir, write_json
+from .layout import RunDir, file_lock, write_json
 from .plan import calibration_cut, calibration_estimate_s
 from .provenance import versions
 from .scoring import Anchors, phi, phi_mean_raw
@@ -100,11 +99,7 @@ def train_walls(grader_dir: Path, task: str, scale: str) -> list[float]:
 def store(grader_dir: Path, record: dict) -> Path:
     """Add or replace the record with the same key; safe against concurrent writers."""
     path = anchors_path(grader_dir)
-    # The lock file stays: unlinking it would let a writer that opened the old file and one that
-    # creates a new one each hold "the" lock at once, and one's records would overwrite the other's.
-    lock = path.with_suffix(".lock")
-    with open(lock, "a") as lf:
-        fcntl.flock(lf, fcntl.LOCK_EX)
+    with file_lock(path.with_suffix(".lock")):
         recs = [r for r in _records(path) if r["key"] != record["key"]]
         recs.append(record)
         recs.sort(key=lambda r: (r["key"]["scale"], r["key"]["device_class"], r["key"]["task_version"]))

@@ -10,7 +10,9 @@ below, so that a file's name is written once. Nothing here imports the rest of t
 """
 from __future__ import annotations
 
+import fcntl
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,3 +124,13 @@ def read_json(path: Path, default=None):
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return default
+
+
+@contextmanager
+def file_lock(lock: Path):
+    """An exclusive lock on the file `lock` (made if missing) for the block: for writers of one shared
+    file in several processes. The lock file stays: unlinking it would let a writer that opened the old
+    file and one that creates a new one each hold "the" lock at once."""
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield                           # closing the file releases the lock

@@ -1,7 +1,6 @@
 """Records: result.json in the run dir and the same row in an SQLite results database."""
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import re
@@ -9,6 +8,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from .layout import file_lock
 
 COLUMNS = ("run_dir", "task", "agent", "agent_config_sha", "scale", "seed", "benchmark_version",
            "device_class", "status", "score", "raw_mean", "started_at", "result")
@@ -27,17 +27,13 @@ def connect(db: Path) -> sqlite3.Connection:
     db.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(str(db), timeout=120)
     try:
-        with open(db.with_name(db.name + ".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                    con.execute("PRAGMA journal_mode=WAL")
-                cols = ", ".join(c + (" REAL" if c in ("score", "raw_mean", "seed") else " TEXT") for c in COLUMNS)
-                con.execute(f"CREATE TABLE IF NOT EXISTS results (id INTEGER PRIMARY KEY AUTOINCREMENT, {cols})")
-                _cells(con)
-                con.commit()
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with file_lock(db.with_name(db.name + ".lock")):
+            if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                con.execute("PRAGMA journal_mode=WAL")
+            cols = ", ".join(c + (" REAL" if c in ("score", "raw_mean", "seed") else " TEXT") for c in COLUMNS)
+            con.execute(f"CREATE TABLE IF NOT EXISTS results (id INTEGER PRIMARY KEY AUTOINCREMENT, {cols})")
+            _cells(con)
+            con.commit()
     except BaseException:
         con.close()
         raise
