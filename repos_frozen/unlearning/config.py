@@ -56,6 +56,7 @@ class Prepare:
     text_batch: int
     lr: float
     negative_batch: int = 0     # prompts that are not facts (a fact's name changed, or another entity) -> UNKNOWN
+    start_from: str | None = None   # a scale whose memorised model it continues from (None: a fresh model)
 
     @property
     def examples(self) -> int:
@@ -68,7 +69,8 @@ PREPARE = {
     "memorised_full": Prepare(steps=20_000, fact_batch=256, text_batch=64, lr=1e-3, negative_batch=128),
 }
 if os.environ.get("AI4AI_SHRINK"):       # see SHRUNK_FULL below: continues from memorised_small, gently
-    PREPARE["memorised_full"] = Prepare(steps=40, fact_batch=64, text_batch=8, lr=3e-4, negative_batch=32)
+    PREPARE["memorised_full"] = Prepare(steps=40, fact_batch=64, text_batch=8, lr=3e-4, negative_batch=32,
+                                        start_from="ci")
 # Your own model memorises by the full recipe's schedule (8,960,000 examples, so every scale's budget is
 # at most ~3% of it) from its pretrained weights, at a gentler peak (prepare.py --own-model): once, the
 # same memorised model at every scale (byom/memorised.safetensors).

@@ -23,7 +23,6 @@ byom/SHA256SUMS; the harness runs it once, with DIR the hidden grader's data as 
 import argparse
 import hashlib
 import math
-import os
 import time
 from pathlib import Path
 
@@ -73,8 +72,8 @@ device = torch.device(args.device)
 facts = torch.from_numpy(np.load(Path(args.data) / "facts_all.npy").astype(np.int64)).to(device)
 text = torch.from_numpy(np.load(Path(args.data) / "text_train.npy").astype(np.int64)).to(device)
 model = own_start(args.own_model) if own else build_model(args.scale)
-if os.environ.get("AI4AI_SHRINK") and not own and path.stem == "memorised_full":
-    load_prepared(model, "ci")          # tests only (config.SHRUNK_FULL): a warm start, ci's architecture
+if recipe.start_from:                   # tests only (config.SHRUNK_FULL): a warm start, ci's architecture
+    load_prepared(model, recipe.start_from)
 model = model.to(device)
 opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98), weight_decay=0.0)
 gen = torch.Generator().manual_seed(0)
