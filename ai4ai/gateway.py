@@ -9,7 +9,10 @@ the harness serves that socket here and forwards each request to the configured 
   header it sends and injects the real key (`x-api-key` or `Authorization: Bearer`);
 - usage is read from the API's own responses (JSON bodies and SSE streams, Anthropic Messages
   and OpenAI Responses / Chat Completions), per request, priced from the agent config, and
-  counted as the bytes pass, so a run cut mid-stream keeps what was reported so far;
+  counted as the bytes pass; when the agent's side hangs up mid-answer (its window ended), the
+  rest of the answer is still read (not relayed) for up to `hangup_drain_s`, so the usage the
+  upstream reports at its end is counted; an answer not read to its end counts what it reported
+  so far and is counted in `partial_calls`;
 - once the recorded cost reaches `max_usd`, the next request is refused (and logged) and
   `on_cap` is called so the harness ends the agent;
 - 429 and 5xx answers are retried with backoff, honouring `Retry-After`, before anything is
@@ -216,6 +219,9 @@ class Gateway:
     refused: int = 0
     retries: int = 0
     failures: int = 0                                # the upstream could not be reached at all
+    partial_calls: int = 0                           # answers cut before their end: usage may be short
+    unfinished_calls: int = 0                        # calls still in flight when stop() gave up on them
+    hangup_drain_s: float = 5.0                      # how long the rest of an answer is read after a hang-up
     capped: bool = False
     last_status: int | None = None
 
@@ -242,6 +248,7 @@ class Gateway:
         self._srv.server_close()
         with self._idle:
             self._idle.wait_for(lambda: self._active == 0, timeout=drain_s)
+            self.unfinished_calls = self._active        # still waiting on the upstream: not counted
         with self._lock:
             self._log.close()
 
@@ -249,7 +256,9 @@ class Gateway:
         with self._lock:
             return {**{k: self.totals[k] for k in TOKEN_KEYS}, "usd": round(self.totals["usd"], 6),
                     "calls": self.calls, "ok_calls": self.ok_calls, "refused": self.refused,
-                    "retries": self.retries, "failures": self.failures, "capped": self.capped,
+                    "retries": self.retries, "failures": self.failures, "partial_calls": self.partial_calls,
+                    "unfinished_calls": self.unfinished_calls,
+                    "capped": self.capped,
                     "source": "gateway", "upstream": f"{self.upstream.scheme}://{self.upstream.host_port}"}
 
     # ------------------------------------------------------------------ bookkeeping
@@ -382,11 +391,12 @@ class _Handler(BaseHTTPRequestHandler):
         headers["Host"] = gw.upstream.host if gw.upstream.port in (80, 443) else gw.upstream.host_port
         headers["Accept-Encoding"] = "identity"            # usage is read from the plain bytes
         retries = []
-        resp = conn = None
+        resp = conn = sock = None
         for attempt in range(gw.max_retries + 1):
             try:
                 conn = gw.connect()
                 conn.request(self.command, self.path, body=body if body else None, headers=headers)
+                sock = conn.sock            # the answer's socket; getresponse() may hand it to resp
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
@@ -418,33 +428,61 @@ class _Handler(BaseHTTPRequestHandler):
             gw.last_status = resp.status
         event_stream = "text/event-stream" in (resp.getheader("Content-Type") or "")
         reader = UsageReader(streaming or event_stream)
-        ended = "upstream"          # who ended the answer: the upstream (normal) or the agent's side
+        # who ended the answer: "upstream" (it ran to its end), "agent" (the agent's side hung up and
+        # the rest was read here to its end), "agent, drain cut" (the rest was not all read within
+        # `hangup_drain_s`: the usage counted may be short), "upstream error"
+        ended = "upstream"
+        agent_gone = False
         try:
-            self.send_response(resp.status)
-            for k, v in resp.getheaders():
-                if k.lower() not in HOP_BY_HOP | {"content-encoding"}:
-                    self.send_header(k, v)
-            self.send_header("Transfer-Encoding", "chunked")
-            self.send_header("Connection", "close")
-            self.end_headers()
+            try:
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in HOP_BY_HOP | {"content-encoding"}:
+                        self.send_header(k, v)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")
+                self.end_headers()
+            except OSError:
+                agent_gone = True
             self.close_connection = True
+            drain_until = None
             while True:
+                if agent_gone and drain_until is None:
+                    # The agent's side went away (it was ended, or it stopped reading after the last
+                    # event it needed). The upstream bills the answer it goes on generating, and its
+                    # usage comes at the end (Anthropic's message_delta, OpenAI's response.completed):
+                    # read the rest, unrelayed, so the cost is counted, for at most hangup_drain_s.
+                    ended = "agent"
+                    drain_until = time.monotonic() + gw.hangup_drain_s
+                if drain_until is not None:
+                    left = drain_until - time.monotonic()
+                    if left <= 0:
+                        ended = "agent, drain cut"
+                        break
+                    sock.settimeout(left)
                 try:
                     chunk = resp.read1(65536)
+                except TimeoutError:
+                    ended = "agent, drain cut" if agent_gone else "upstream error"
+                    break
                 except (OSError, http.client.HTTPException):
                     ended = "upstream error"
                     break
                 if not chunk:
                     break
                 reader.feed(chunk)
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except OSError:
-            # The agent's side went away (it was ended, or it stopped reading after the last event
-            # it needed): usage counts as reported up to here, and the upstream call is closed.
-            ended = "agent" if ended == "upstream" else ended
+                if not agent_gone:
+                    try:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                    except OSError:
+                        agent_gone = True
+            if not agent_gone:
+                try:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except OSError:
+                    pass
         finally:
             conn.close()
             reader.finish()
@@ -452,6 +490,9 @@ class _Handler(BaseHTTPRequestHandler):
             model = reader.model or row.get("model")
             usd = cost_usd(tokens, price_for(gw.prices, model))
             gw.account(tokens, usd)
+            if ended == "agent, drain cut":
+                with gw._lock:
+                    gw.partial_calls += 1
             row.update(model=model, status=resp.status, stream=reader.streaming, ended=ended,
                        latency_s=round(time.time() - t0, 3), usage=tokens, usd=round(usd, 6),
                        retries=retries)

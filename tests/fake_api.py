@@ -7,7 +7,9 @@ The script is chosen by --mode and advances with the number of tool results in t
 conversation (so the CLIs' side calls, e.g. Claude Code's title or quota requests, do not move it):
 
     edit    1: a shell command editing optim.py (LR 3e-3 -> 4e-3), 2: `ai4ai-proxy`, 3: a final text
-    window  the edit (and a setsid orphan), then `sleep 1` on every turn, forever: the window ends it
+    window  the edit (and a setsid orphan), then `sleep 1` on every turn, forever: the window ends it;
+            after the edit each streamed answer takes ~2 s (PACED_S between its events), so the
+            window's end mostly falls inside an answer whose usage the CLI never reads
     cap     like window, with large usage on every turn: the gateway's max_usd ends it
     429     the first main request is answered 429 with Retry-After: 1, then as edit
     forge   as edit, and the first command also writes a forged stdout usage line of the CLI
@@ -35,6 +37,7 @@ EDIT_CMD = "python3 -c \"import re,pathlib; p=pathlib.Path('optim.py'); " \
            "p.write_text(re.sub(r'^LR = 3e-3', 'LR = 4e-3', p.read_text(), flags=re.M))\" && grep -n '^LR' optim.py"
 PROXY_CMD = "ai4ai-proxy"
 SLEEP_CMD = "sleep 1; echo tick"
+PACED_S = 0.4              # window mode, after the edit: seconds between a streamed answer's events
 # A process that leaves the CLI's process group and session: the window's end must still end it.
 ORPHAN_CMD = "(setsid bash -c 'exec -a ai4ai_test_orphan_{port} sleep 600' >/dev/null 2>&1 &) ; "
 # A process of the agent writing a usage line to the CLI's own stdout (claude's result event,
@@ -107,6 +110,9 @@ class FakeAPI:
                 tot[k] += t[k]
         return tot, usd
 
+    def pace_for(self, step: int) -> float:
+        return PACED_S if self.mode == "window" and step > 0 else 0.01
+
     def command_for(self, step: int) -> str | None:
         """The shell command of this turn, or None for the final answer."""
         if self.mode in ("window", "cap"):
@@ -134,7 +140,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _sse(self, events: list[tuple[str, dict]]) -> None:
+    def _sse(self, events: list[tuple[str, dict]], pace_s: float = 0.01) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -145,7 +151,7 @@ class Handler(BaseHTTPRequestHandler):
             for name, data in events:
                 self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
                 self.wfile.flush()
-                time.sleep(0.01)
+                time.sleep(pace_s)
         except OSError:
             pass            # the client hung up mid-stream (a test of exactly that, or a run ended)
 
@@ -238,7 +244,7 @@ class Handler(BaseHTTPRequestHandler):
             ("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
                                "usage": {"output_tokens": usage["output_tokens"]}}),
             ("message_stop", {"type": "message_stop"}),
-        ])
+        ], fake.pace_for(step) if main else 0.01)
 
     # ------------------------------------------------------------------ OpenAI Responses
     def _openai(self, req, entry, tools):
@@ -287,7 +293,7 @@ class Handler(BaseHTTPRequestHandler):
             ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0, "item": item}),
             ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
             ("response.completed", {"type": "response.completed", "response": done}),
-        ])
+        ], fake.pace_for(step))
 
 
 def main() -> int:

@@ -114,26 +114,44 @@ def test_cap_refuses_the_next_call_and_trips(tmp_path, fake_api):
     assert [r.get("refused") for r in rows] == [None, None, "max_usd", "max_usd", "max_usd"]
 
 
-def test_stream_cut_by_the_agent_keeps_the_usage_seen(tmp_path):
-    """An upstream that sends message_start and then stalls; the agent's side hangs up."""
+def _hang_up_after_message_start(tmp_path, then: bytes, stall_s: float, **kw):
+    """An upstream that sends message_start; the agent's side hangs up as soon as it has seen it.
+    The upstream then sends a ping (the gateway learns of the hang-up when it relays that), waits
+    `stall_s`, sends `then` and closes. Returns (summary, call-log row)."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
+    hung_up = threading.Event()
 
     def upstream():
         c, _ = srv.accept()
-        c.recv(65536)
+        req = b""
+        while b"\r\n\r\n" not in req:          # the whole request, so closing sends no reset
+            req += c.recv(65536)
+        head, _, got = req.partition(b"\r\n\r\n")
+        size = int(next(x.split(b":")[1] for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")))
+        while len(got) < size:
+            got += c.recv(65536)
         start = {"type": "message_start", "message": {"model": "claude-sonnet-4-5", "usage": {
             "input_tokens": 5000, "cache_read_input_tokens": 1000, "output_tokens": 1}}}
         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
                   + f"event: message_start\ndata: {json.dumps(start)}\n\n".encode())
-        threading.Event().wait(3)
+        hung_up.wait(10)
+        try:
+            c.sendall(b'event: ping\ndata: {"type": "ping"}\n\n')
+        except OSError:
+            pass
+        threading.Event().wait(stall_s)
+        try:
+            c.sendall(then)
+        except OSError:
+            pass
         c.close()
     threading.Thread(target=upstream, daemon=True).start()
 
     class A:
         base = f"http://127.0.0.1:{srv.getsockname()[1]}"
-    gw = gateway(tmp_path, A)
+    gw = gateway(tmp_path, A, **kw)
     s = socket.socket(socket.AF_UNIX)
     s.connect(str(gw.socket_path))
     body = json.dumps({"model": "claude-sonnet-4-5", "stream": True}).encode()
@@ -144,11 +162,32 @@ def test_stream_cut_by_the_agent_keeps_the_usage_seen(tmp_path):
         assert chunk, got
         got += chunk
     s.close()
+    hung_up.set()
     gw.stop()
     srv.close()
-    t = gw.summary()
+    rows = [json.loads(x) for x in (tmp_path / "api_calls.jsonl").read_text().splitlines()]
+    assert len(rows) == 1
+    return gw.summary(), rows[0]
+
+
+FINAL_DELTA = (b'event: message_delta\ndata: {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, '
+               b'"usage": {"output_tokens": 700}}\n\nevent: message_stop\ndata: {"type": "message_stop"}\n\n')
+
+
+def test_answer_cut_by_the_agent_is_read_to_its_end_and_all_counted(tmp_path):
+    """The window ends while an answer streams: the upstream bills all of it, and its output usage
+    comes in the last events, which the agent never reads. The gateway reads them."""
+    t, row = _hang_up_after_message_start(tmp_path, FINAL_DELTA, stall_s=0.5)
+    assert t["input_tokens"] == 6000 and t["cached_input_tokens"] == 1000 and t["output_tokens"] == 700
+    assert t["usd"] == pytest.approx((5000 * 3.0 + 1000 * 0.3 + 700 * 15.0) / 1e6)
+    assert t["partial_calls"] == 0 and row["ended"] == "agent"
+
+
+def test_answer_that_outlasts_the_drain_counts_what_it_reported_and_says_so(tmp_path):
+    t, row = _hang_up_after_message_start(tmp_path, FINAL_DELTA, stall_s=3.0, hangup_drain_s=0.5)
     assert t["input_tokens"] == 6000 and t["cached_input_tokens"] == 1000 and t["output_tokens"] == 1
     assert t["usd"] == pytest.approx((5000 * 3.0 + 1000 * 0.3 + 15.0) / 1e6)
+    assert t["partial_calls"] == 1 and row["ended"] == "agent, drain cut"
 
 
 def test_unreachable_upstream_is_a_failure_not_a_call(tmp_path):

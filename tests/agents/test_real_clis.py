@@ -84,7 +84,10 @@ def test_window_ends_the_session_and_its_cost_is_all_counted(tmp_path, fake_api,
     out, api, cfg, wall_s = _session(tmp_path, fake_api, monkeypatch, kind, "window", window_s=20)
     assert out.timed_out and out.error is None and wall_s < 60
     assert len(api.reported) >= 3                     # the edit, then one `sleep 1` turn after another
+    # the window's end mostly falls inside a paced answer (fake_api.PACED_S): its usage, which the
+    # killed CLI never read, still counts, because the gateway reads that answer to its end
     assert_cost_matches(out.usage, api, cfg["prices"])
+    assert out.usage["partial_calls"] == 0 and out.usage["unfinished_calls"] == 0
     assert "LR = 4e-3" in (tmp_path / "ws" / "optim.py").read_text()
     time.sleep(0.5)
     assert _orphans(api) == []                           # the setsid child went with the window
