@@ -19,6 +19,22 @@ def compose_cfg(tmp_path):
     return _compose
 
 
+@pytest.fixture(scope="session")
+def baseline_ci_run(tmp_path_factory):
+    """One real baseline run (agent=baseline, the shipped algorithm) of the optimizer task at ci,
+    through `pipeline.run` with outputs in a fresh folder: (cfg, run_dir, result). A minute or so of
+    training and grading, shared by the tests that read such a run (end to end, audit)."""
+    import json
+    from ai4ai import pipeline
+    tmp = tmp_path_factory.mktemp("baseline_ci")
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"outputs={tmp}", "progress=false", "task=optimizer",
+                                                        "scale=ci", "agent=baseline"])
+    run_dir = tmp / "run_baseline"
+    pipeline.run(cfg, run_dir)
+    return cfg, run_dir, json.loads((run_dir / "result.json").read_text())
+
+
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed or cannot run here")
 
 

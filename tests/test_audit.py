@@ -1,27 +1,18 @@
 """ai4ai.audit: a real `ci` run re-graded from a copy of its run directory agrees; a tampered
 frozen repo, a changed patch and a changed library are reported as drift."""
-import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from ai4ai import PROJECT_ROOT, auditing as audit, pipeline
-
-CI = ["task=optimizer", "scale=ci", "agent=baseline", "progress=false"]
+from ai4ai import PROJECT_ROOT, auditing as audit
 
 
-@pytest.fixture(scope="module")
-def ci_run(tmp_path_factory):
-    """One real baseline run at ci (about a minute), shared by this module's tests."""
-    tmp = tmp_path_factory.mktemp("audit_run")
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"outputs={tmp}", *CI])
-    run_dir = tmp / "run"
-    pipeline.run(cfg, run_dir)
-    result = json.loads((run_dir / "result.json").read_text())
+@pytest.fixture
+def ci_run(baseline_ci_run):
+    """The session's real baseline run at ci (tests/conftest.py), shared with test_end_to_end."""
+    _, run_dir, result = baseline_ci_run
     assert result["status"] == "graded"
     return run_dir, result
 

@@ -32,10 +32,8 @@ def _result(run_dir: Path) -> dict:
     return result
 
 
-def test_baseline_agent_scores_about_point_one(compose_cfg, tmp_path):
-    cfg = compose_cfg("config", CI + ["agent=baseline"])
-    run_dir = tmp_path / "run_baseline"
-    pipeline.run(cfg, run_dir)
+def test_baseline_agent_scores_about_point_one(baseline_ci_run, tmp_path):
+    cfg, run_dir, _ = baseline_ci_run             # the session's one baseline run (conftest.py)
     r = _result(run_dir)
     assert set(REQUIRED_FIELDS) <= set(r)
     assert r["status"] == "graded" and r["submission"]["files"] == []
@@ -77,32 +75,6 @@ def test_crash_in_training_is_invalid_with_its_reason(compose_cfg, tmp_path):
     assert (run_dir / "grade" / "seed_0" / "train.log").exists()
     with connect(Path(cfg.results_db)) as con:
         assert con.execute("SELECT status FROM results").fetchall() == [("invalid",)]
-
-
-def test_training_cannot_touch_the_repo_or_plant_code(compose_cfg, tmp_path):
-    """Training that writes into its repo copy or the kernels fails there; the checkpoint still counts."""
-    patch = _patch_lr_at(tmp_path, "plant.patch", (
-        "    if step == 0:\n"
-        "        for p in ('model.py', '/opt/ai4ai/ai4ai_kernels/x.py', 'sitecustomize.py'):\n"
-        "            try:\n"
-        "                open(p, 'a').write('PLANTED = 1')\n"
-        "                print('WROTE', p)\n"
-        "            except OSError as e:\n"
-        "                print('DENIED', p, type(e).__name__)\n"))
-    cfg = compose_cfg("grade", CI + [f"patch={patch}", "sandbox=bwrap"]) if _bwrap() else None
-    if cfg is None:
-        pytest.skip("bubblewrap unavailable")
-    run_dir = tmp_path / "grade_plant"
-    pipeline.grade(cfg, run_dir)
-    log = (run_dir / "grade" / "seed_0" / "train.log").read_text()
-    assert "WROTE" not in log and log.count("DENIED") == 3
-    assert "PLANTED" not in (run_dir / ".harness" / "pristine" / "model.py").read_text()
-    assert _result(run_dir)["status"] == "graded"
-
-
-def _bwrap():
-    from ai4ai.sandbox import bwrap_available
-    return bwrap_available()
 
 
 def test_dry_run_prints_the_plan_and_exits(compose_cfg, tmp_path, capsys):

@@ -57,9 +57,8 @@ def test_cpu_cap_counts_the_whole_tree_and_binds_before_the_wall(tmp_path, task)
 def test_starved_training_is_an_error_not_a_lower_score(tmp_path, task, pristine, saturated_host):
     """Load: a training that needs more CPU than a saturated host gives it within the liveness net.
     Gains nothing and loses nothing: not graded on what it managed to write, but an `error` that
-    says the machine was loaded (retried on rerun)."""
-    with pytest.raises(EnvironmentFault, match="too loaded"):
-        _train(tmp_path, task, pristine, BURN.format(s=120), wall_s=30, cpu_s=500)
+    says the machine was loaded (retried on rerun). (One training, through the grader: the
+    `EnvironmentFault` that training raises is what grade_seeds turns into this `error`.)"""
     sub = from_patch(task, pristine, train_py_patch(task, "order = torch.Generator", BURN.format(s=120)))
     setup = replace(grade_setup(tmp_path, task, 30), cpu_cap_s=500)
     [r] = grade_seeds(setup, sub, [0], tmp_path / "grade")

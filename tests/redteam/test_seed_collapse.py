@@ -18,7 +18,7 @@ from ai4ai.submission import unified_diff
 
 from .conftest import CI, needs_bwrap, write_patch
 
-SHORT = "total_steps = min(total_steps, 8)\nsave_every = 1\n"     # a few steps: the flag, not the score
+SHORT = "total_steps = min(total_steps, 8)\nsave_every = 8\n"     # a few steps, one checkpoint: the flag, not the score
 
 
 def _insert(text: str, after: str, code: str) -> str:
