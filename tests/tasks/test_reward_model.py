@@ -82,8 +82,11 @@ def test_committed_data_and_base_model_regenerate(metric, tmp_path):
     code = ("import hashlib, sys, torch; torch.set_num_threads(1); torch.use_deterministic_algorithms(True)\n"
             "from safetensors.torch import save, save_file\nfrom prepare import pretrain\n"
             "w = pretrain('ci'); save_file(w, sys.argv[1]); print(hashlib.sha256(save(w)).hexdigest())")
-    digests = [subprocess.run([sys.executable, "-c", code, str(tmp_path / f"base_{i}.safetensors")], cwd=repo,
-                              capture_output=True, text=True, check=True).stdout.split()[-1] for i in range(2)]
+    runs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / f"base_{i}.safetensors")], cwd=repo,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [r.communicate() for r in runs]          # two single-threaded runs at once, side by side
+    assert [r.returncode for r in runs] == [0, 0], [e[-2000:] for _, e in outs]
+    digests = [o.split()[-1] for o, _ in outs]
     assert digests[0] == digests[1]
     from safetensors import safe_open
     committed = repo / "artifacts" / "base_ci.safetensors"
