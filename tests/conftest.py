@@ -10,13 +10,16 @@ from ai4ai.sandbox import bwrap_available
 CONF = str(PROJECT_ROOT / "conf")
 
 
+def compose_in(outputs: Path, name: str, overrides: list[str]):
+    """A real config (run, grade, ...) with its outputs in `outputs`."""
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose(config_name=name, overrides=[f"outputs={outputs}", "progress=false", *overrides])
+
+
 @pytest.fixture
 def compose_cfg(tmp_path):
     """Compose a real config (run, grade, ...) with outputs redirected to tmp_path."""
-    def _compose(name: str, overrides: list[str]):
-        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-            return compose(config_name=name, overrides=[f"outputs={tmp_path}", "progress=false", *overrides])
-    return _compose
+    return lambda name, overrides: compose_in(tmp_path, name, overrides)
 
 
 @pytest.fixture(scope="session")
@@ -27,9 +30,7 @@ def baseline_ci_run(tmp_path_factory):
     import json
     from ai4ai import pipeline
     tmp = tmp_path_factory.mktemp("baseline_ci")
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"outputs={tmp}", "progress=false", "task=optimizer",
-                                                        "scale=ci", "agent=baseline"])
+    cfg = compose_in(tmp, "config", ["task=optimizer", "scale=ci", "agent=baseline"])
     run_dir = tmp / "run_baseline"
     pipeline.run(cfg, run_dir)
     return cfg, run_dir, json.loads((run_dir / "result.json").read_text())
