@@ -18,7 +18,22 @@ def copy_repo(task: Task, dest: Path) -> Path:
     if dest.exists():
         raise FileExistsError(f"{dest} already exists")
     shutil.copytree(task.repo, dest, ignore=_IGNORE, symlinks=False)
+    make_readable(dest)
     return dest
+
+
+def make_readable(root: Path) -> None:
+    """Every file readable and every folder listable by all: the sandbox's unprivileged user trains
+    from the copy. git keeps no read bits, so a clone reads fine; a file that a maintainer's rerun of
+    a repo's prepare step wrote 0600 (safetensors' save_file does) would otherwise fail every
+    training with a PermissionError."""
+    read = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+    for dirpath, _, filenames in os.walk(root):
+        os.chmod(dirpath, os.stat(dirpath).st_mode | read | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            if not os.path.islink(p):
+                os.chmod(p, os.stat(p).st_mode | read)
 
 
 def pristine_copy(task: Task, dest: Path) -> Path:
