@@ -22,10 +22,10 @@ class Scale:
 SCALES = {
     "ci": Scale(width=128, depth=2, prepare_steps=1500, budget_samples=1_024),
     "smoke": Scale(width=256, depth=2, prepare_steps=3000, budget_samples=4_096),
-    # full, one H200 (estimate; README "Full scale"): 1.66M params, 8,388,608 sampled trajectories =
-    # 65,536 iterations of 128 (20 sampling passes, 20 passes with gradients, the backward): 2.2e15 FLOPs,
+    # full, one H200 (estimate; README "Full scale"): 1.66M params, 2,097,152 sampled trajectories =
+    # 65,536 iterations of 32 (train.py's BATCH_SIZE; 20 sampling passes, 20 passes with gradients, the backward): 5.5e14 FLOPs,
     # dispatch-bound at ~25 ms an iteration: ~27 min. prepare.py's 20,000 DDPM steps: minutes.
-    "full": Scale(width=512, depth=3, prepare_steps=20_000, budget_samples=8_388_608),
+    "full": Scale(width=512, depth=3, prepare_steps=20_000, budget_samples=2_097_152),
 }
 
 

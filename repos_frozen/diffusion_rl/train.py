@@ -23,7 +23,7 @@ from data import ARTIFACTS, read_checked
 from env import Environment
 from model import build_model, step_log_prob, step_mean
 
-BATCH_SIZE = 128      # trajectories per iteration
+BATCH_SIZE = 32       # trajectories per iteration (128 until the smoke sweep in conf/task/diffusion_rl.yaml)
 LR = 1e-4             # Adam learning rate
 BASELINE_DECAY = 0.9  # EMA of the mean reward, subtracted from each reward
 GRAD_CLIP = 1.0
