@@ -3,7 +3,6 @@ report, list, prepare) map their arguments onto the library and are imported by 
 from __future__ import annotations
 
 import fcntl
-import os
 from pathlib import Path
 
 _HELD: dict[str, object] = {}      # run folder -> its open lock file, held until the process exits
@@ -27,13 +26,11 @@ def claim_run_dir(d: Path) -> None:
     if key in _HELD:
         return
     d.mkdir(parents=True, exist_ok=True)
-    f = open(d / ".ai4ai-run.lock", "a")
+    f = open(d / ".ai4ai-run.lock", "a")         # its content is never read: the lock is the claim
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         f.close()
         raise SystemExit(f"ai4ai: the run folder {d} is in use by another command started in the same second; "
                          "start this one again, or give it a folder of its own with hydra.run.dir=PATH") from None
-    f.write(f"{os.getpid()}\n")
-    f.flush()
     _HELD[key] = f

@@ -22,18 +22,28 @@ def copy_repo(task: Task, dest: Path) -> Path:
     return dest
 
 
+_READ = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+_WRITE = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+_LIST = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+
+
+def _chmod_tree(root: Path, files_add: int = 0, dirs_add: int = 0, remove: int = 0) -> None:
+    """Add and remove mode bits on every folder (root included) and file under root; links are left
+    alone (a copy holds none: copytree resolves them)."""
+    for dirpath, _, filenames in os.walk(root):
+        os.chmod(dirpath, (os.stat(dirpath).st_mode | dirs_add) & ~remove)
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            if not os.path.islink(p):
+                os.chmod(p, (os.stat(p).st_mode | files_add) & ~remove)
+
+
 def make_readable(root: Path) -> None:
     """Every file readable and every folder listable by all: the sandbox's unprivileged user trains
     from the copy. git keeps no read bits, so a clone reads fine; a file that a maintainer's rerun of
     a repo's prepare step wrote 0600 (safetensors' save_file does) would otherwise fail every
     training with a PermissionError."""
-    read = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
-    for dirpath, _, filenames in os.walk(root):
-        os.chmod(dirpath, os.stat(dirpath).st_mode | read | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        for f in filenames:
-            p = os.path.join(dirpath, f)
-            if not os.path.islink(p):
-                os.chmod(p, os.stat(p).st_mode | read)
+    _chmod_tree(root, files_add=_READ, dirs_add=_READ | _LIST)
 
 
 def pristine_copy(task: Task, dest: Path) -> Path:
@@ -46,24 +56,11 @@ def pristine_copy(task: Task, dest: Path) -> Path:
 
 
 def make_read_only(root: Path) -> None:
-    for dirpath, dirnames, filenames in os.walk(root):
-        for f in filenames:
-            p = os.path.join(dirpath, f)
-            os.chmod(p, os.stat(p).st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-    for dirpath, dirnames, _ in os.walk(root, topdown=False):
-        for d in dirnames:
-            p = os.path.join(dirpath, d)
-            os.chmod(p, os.stat(p).st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-    os.chmod(root, os.stat(root).st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    _chmod_tree(root, remove=_WRITE)
 
 
 def make_writable(root: Path) -> None:
-    for dirpath, dirnames, filenames in os.walk(root):
-        os.chmod(dirpath, os.stat(dirpath).st_mode | stat.S_IWUSR)
-        for f in filenames:
-            p = os.path.join(dirpath, f)
-            if not os.path.islink(p):
-                os.chmod(p, os.stat(p).st_mode | stat.S_IWUSR)
+    _chmod_tree(root, files_add=stat.S_IWUSR, dirs_add=stat.S_IWUSR)
 
 
 def agent_workspace(task: Task, dest: Path) -> Path:

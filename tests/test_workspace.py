@@ -2,6 +2,7 @@
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,7 +39,6 @@ def test_a_file_written_0600_is_readable_in_the_copy(tmp_path):
 def test_a_run_folder_is_claimed_by_one_command_at_a_time(tmp_path):
     # two commands of one task started in the same second got the same Hydra folder and each moved
     # the other's seed folders away mid-run; the second now stops before writing anything
-    import sys
     run = tmp_path / "07-46-49_sft"
     code = ("import sys, time; from pathlib import Path; from ai4ai.entry import claim_run_dir; "
             f"claim_run_dir(Path({str(run)!r})); print('claimed', flush=True); time.sleep(30)")
