@@ -244,9 +244,81 @@ def estimate_text(ctx: RunContext) -> str:
     return f"at most {s / 60:.0f} min (no earlier calibration to go by)"
 
 
+def needs_cpu_here(ctx: RunContext, rec: Record | None) -> str | None:
+    """Why `rec` cannot set a CPU cap on this machine at ctx's scale (None when it can).
+
+    At smoke, where the statistics and published numbers live, the cap must be this CPU class's own:
+    CPU seconds do not carry between classes (distillation: 59.9 CPU-s per seed on an AMD EPYC, 20.6
+    on an Intel Xeon), and a record from before CPU accounting only bounds CPU by a stale wall time.
+    At ci (plumbing) such a record is used as it is and the result says how its cap was derived."""
+    if rec is None or ctx.scale != "smoke" or not ctx.key.device_class.startswith("cpu:"):
+        return None
+    if rec.match != "exact":
+        return f"its CPU time was measured on {rec.key.device_class}, not on {ctx.key.device_class}"
+    if rec.train_cpu_s is None:
+        return "it has no CPU time (calibrated before CPU accounting)"
+    return None
+
+
+def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
+    """The shipped algorithm's CPU time on this machine, stored as this device class's record.
+
+    One calibration seed of the shipped algorithm is trained and graded here exactly as in a
+    calibration. Its metric must reproduce `rec`'s value for the same seed (within half the
+    record's seed-to-seed spread: the anchors are the same computation on any CPU, seen to agree to
+    1e-3 or better); then `rec`'s anchors are kept and the CPU and wall time measured here are
+    added, with the provenance of both. If the metric does not reproduce, the anchors do not
+    transfer either and a full calibration runs instead."""
+    task, b = ctx.task, ctx.task.scale(ctx.scale)
+    seed = int(rec.raw["seeds"][0])
+    there = float(rec.raw["baseline_per_seed"][0])
+    say(f"the {task.name}/{ctx.scale} record cannot cap CPU here: {why}; measuring the shipped algorithm's "
+        f"CPU time on {ctx.key.device_class} (seed {seed}, one shipped training)")
+    t0 = time.monotonic()
+    shipped = replace(ctx, run_dir=workdir, cap_s=b.default_cap_s, cpu_cap_s=None, nonce=None)
+    results = grade_seeds(shipped, empty_submission(), [seed], workdir / "shipped")
+    bad = [r for r in results if r.status != "graded"]
+    if bad:
+        raise RuntimeError(f"the shipped algorithm failed while measuring its CPU time: seed {seed}: "
+                           f"{bad[0].status} {bad[0].reason}")
+    if (cut := calibration_cut(results)):
+        raise RuntimeError(cut)
+    here = float(results[0].raw)
+    d_phi = abs(phi(here, task.metric.direction, task.metric.transform)
+                - phi(there, task.metric.direction, task.metric.transform))
+    if d_phi > 0.5 * rec.phi_std:
+        say(f"seed {seed} gives {here:.6g} here and {there:.6g} in the {rec.key.device_class} record (phi differs by "
+            f"{d_phi:.3g}, more than half its seed-to-seed std {rec.phi_std:.3g}): the anchors do not transfer; "
+            "calibrating in full")
+        return calibrate(ctx, workdir / "calibration")
+    r0 = results[0]
+    record = {k: v for k, v in rec.raw.items() if k not in ("key", "train_wall_s", "train_cpu_s", "provenance")}
+    record = {"key": ctx.key.as_dict(), **record,
+              "train_wall_s": {"per_seed": [r0.train_s], "mean": r0.train_s, "max": r0.train_s},
+              "train_cpu_s": {"per_seed": [r0.cpu_s], "mean": r0.cpu_s, "max": r0.cpu_s},
+              "provenance": {"calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
+                             "sandbox": ctx.backend, "calibration_s": round(time.monotonic() - t0, 1),
+                             "benchmark_version_at_calibration": ctx.version,
+                             "command": f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale} cpu_only=true",
+                             "cpu_measured_on_seeds": [seed],
+                             "anchors_from": {"device_class": rec.key.device_class,
+                                              "calibrated_at": rec.raw["provenance"]["calibrated_at"],
+                                              "host": rec.raw["provenance"].get("host"),
+                                              "check": {"seed": seed, "metric_there": there, "metric_here": here}},
+                             **versions()}}
+    path = store(task.grader, record)
+    say(f"CPU time stored in {path}: shipped {r0.cpu_s:.1f} CPU-s ({r0.train_s:.1f} s) on seed {seed}, whose metric "
+        f"{here:.6g} reproduces the {rec.key.device_class} record's {there:.6g}; its anchors are kept")
+    return record
+
+
 def ensure(ctx: RunContext) -> Record:
-    """The anchors of ctx's key; calibrated first (into <run>/calibration) when none are stored."""
+    """The anchors of ctx's key; calibrated first (into <run>/calibration) when none are stored, and at
+    smoke the CPU cap measured here first when the record's is another machine's (needs_cpu_here)."""
     rec = find(ctx.task.grader, ctx.key)
+    if rec is not None and (why := needs_cpu_here(ctx, rec)):
+        measure_cpu(ctx, rec, RunDir(ctx.run_dir).calibration, why)
+        rec = find(ctx.task.grader, ctx.key)
     if rec is not None:
         return rec
     say(f"no anchors for {ctx.key.task}/{ctx.key.scale} on {ctx.key.device_class} (task version {ctx.key.task_version}); "

@@ -1,12 +1,17 @@
 """Measure a task's anchors on this device class and store them (anchors.calibrate is the library).
 
     python -m ai4ai.calibrate task=optimizer scale=smoke [seeds=[...]]
+    python -m ai4ai.calibrate task=optimizer scale=smoke cpu_only=true
+
+cpu_only=true keeps a stored record's anchors and measures only the shipped algorithm's CPU time on
+this machine (one seed, which must reproduce the record's metric; anchors.measure_cpu). Grading at
+smoke does this by itself when the record's CPU time is another CPU class's or missing.
 """
 import hydra
 from omegaconf import DictConfig
 
 from . import CONF_DIR
-from .anchors import calibrate
+from .anchors import calibrate, find, measure_cpu, needs_cpu_here
 from .context import context
 from .entry import hydra_run_dir
 
@@ -14,6 +19,14 @@ from .entry import hydra_run_dir
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="calibrate")
 def main(cfg: DictConfig) -> None:
     ctx = context(cfg, hydra_run_dir())
+    if cfg.cpu_only:
+        rec = find(ctx.task.grader, ctx.key)
+        if rec is None:
+            raise SystemExit(f"ai4ai: no anchors of {ctx.task.name} at {ctx.scale} for task version "
+                             f"{ctx.key.task_version} to keep; calibrate in full (drop cpu_only=true)")
+        why = needs_cpu_here(ctx, rec) or "asked for (cpu_only=true)"
+        measure_cpu(ctx, rec, ctx.run_dir, why)
+        return
     calibrate(ctx, ctx.run_dir, [int(s) for s in cfg.seeds] if cfg.seeds else None)
 
 

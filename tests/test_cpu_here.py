@@ -1,0 +1,113 @@
+"""At smoke a CPU cap is this CPU class's own: a record from another class, or one without CPU time,
+is completed by measuring the shipped algorithm here (anchors.needs_cpu_here / measure_cpu)."""
+import shutil
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from ai4ai import anchors
+from ai4ai.context import context
+from ai4ai.scoring import phi
+from ai4ai.task import load_task
+
+from .conftest import needs_bwrap
+
+OTHER = "cpu:Some Other CPU:{threads}"
+
+
+def _ctx(compose_cfg, tmp_path, task: str, scale: str):
+    """A real context whose task reads its anchors from a copy of its grader folder in tmp_path."""
+    cfg = compose_cfg("grade", [f"task={task}", f"scale={scale}"])
+    ctx = context(cfg, tmp_path / "run")
+    grader = tmp_path / "grader"
+    shutil.copytree(ctx.task.grader, grader, ignore=shutil.ignore_patterns("__pycache__", "calibration"))
+    return replace(ctx, task=replace(ctx.task, grader=grader))
+
+
+def _move_records(ctx, device_class: str, edit=lambda r: r) -> dict:
+    """Keep only ctx's key's stored records (any class), relabelled as `device_class`; return one."""
+    path = anchors.anchors_path(ctx.task.grader)
+    k = ctx.key.as_dict()
+    recs = [r for r in yaml.safe_load(path.read_text())["records"]
+            if all(r["key"][f] == k[f] for f in ("task", "scale", "task_version", "torch"))]
+    assert recs, f"no stored record of {ctx.key} on any CPU class"
+    rec = edit({**recs[0], "key": {**recs[0]["key"], "device_class": device_class}})
+    path.write_text(yaml.safe_dump({"records": [rec]}, sort_keys=False))
+    return rec
+
+
+def _record(ctx, match: str, cpu: float | None) -> anchors.Record:
+    return anchors.Record(key=ctx.key, anchors=anchors.Anchors(0.0, 0.5, 1.0), validation=None, phi_std=0.01,
+                          train_wall_s=10.0, match=match, raw={}, train_cpu_s=cpu)
+
+
+def test_only_smoke_on_a_cpu_asks_for_a_cap_measured_here(compose_cfg, tmp_path):
+    smoke = _ctx(compose_cfg, tmp_path / "s", "dpo", "smoke")
+    ci = _ctx(compose_cfg, tmp_path / "c", "dpo", "ci")
+    assert "measured on" in anchors.needs_cpu_here(smoke, _record(smoke, "metered-cpu", 20.0))
+    assert "no CPU time" in anchors.needs_cpu_here(smoke, _record(smoke, "exact", None))
+    assert anchors.needs_cpu_here(smoke, _record(smoke, "exact", 20.0)) is None
+    assert anchors.needs_cpu_here(ci, _record(ci, "metered-cpu", 20.0)) is None       # ci: plumbing, used as is
+    assert anchors.needs_cpu_here(smoke, None) is None                               # calibrates in full anyway
+
+
+def test_ensure_at_smoke_measures_before_it_uses_another_class_record(compose_cfg, tmp_path, monkeypatch):
+    ctx = _ctx(compose_cfg, tmp_path, "dpo", "smoke")
+    _move_records(ctx, OTHER.format(threads=ctx.threads))
+    calls = []
+
+    def fake_measure(c, rec, workdir, why):      # the measurement itself is tested for real below
+        calls.append((rec.match, why))
+        raw = {**rec.raw, "key": c.key.as_dict(), "train_cpu_s": {"per_seed": [1.0], "mean": 1.0, "max": 1.0}}
+        anchors.store(c.task.grader, raw)
+    monkeypatch.setattr(anchors, "measure_cpu", fake_measure)
+    rec = anchors.ensure(ctx)
+    assert calls == [("metered-cpu", f"its CPU time was measured on {OTHER.format(threads=ctx.threads)}, "
+                                     f"not on {ctx.key.device_class}")]
+    assert rec.match == "exact" and rec.train_cpu_s == 1.0
+
+
+@needs_bwrap
+def test_a_record_of_another_cpu_gets_this_cpus_time_and_keeps_its_anchors(compose_cfg, tmp_path):
+    """A real shipped training (dpo at ci, seconds) measures the CPU time; the record's anchors are kept
+    because the seed's metric reproduces."""
+    ctx = _ctx(compose_cfg, tmp_path, "dpo", "ci")
+    other = OTHER.format(threads=ctx.threads)
+    theirs = _move_records(ctx, other, lambda r: {k: v for k, v in r.items() if k != "train_cpu_s"})
+    rec = anchors.find(ctx.task.grader, ctx.key)
+    assert rec.match == "metered-cpu" and rec.train_cpu_s is None
+    anchors.measure_cpu(ctx, rec, tmp_path / "measure", "a test")
+    mine = anchors.find(ctx.task.grader, ctx.key)
+    assert mine.match == "exact" and mine.key.device_class == ctx.key.device_class
+    assert mine.anchors == rec.anchors and mine.phi_std == rec.phi_std
+    assert mine.train_cpu_s > 0 and mine.raw["train_cpu_s"]["per_seed"] == [mine.train_cpu_s]
+    prov = mine.raw["provenance"]
+    assert prov["anchors_from"]["device_class"] == other and prov["cpu_measured_on_seeds"] == [theirs["seeds"][0]]
+    check = prov["anchors_from"]["check"]
+    assert check["metric_there"] == theirs["baseline_per_seed"][0]
+    d = abs(phi(check["metric_here"], ctx.task.metric.direction, ctx.task.metric.transform)
+            - phi(check["metric_there"], ctx.task.metric.direction, ctx.task.metric.transform))
+    assert d <= 0.5 * rec.phi_std
+    # the other class's record is still there, untouched
+    classes = [r["key"]["device_class"] for r in yaml.safe_load(anchors.anchors_path(ctx.task.grader).read_text())["records"]]
+    assert sorted(classes) == sorted([other, ctx.key.device_class])
+    # the cap now derives from the CPU time measured here
+    b = anchors.budget(ctx.task, "ci", mine, ctx.threads)
+    assert b.cpu_s == pytest.approx(round(ctx.task.scale("ci").cap_factor * mine.train_cpu_s, 1))
+
+
+@needs_bwrap
+def test_a_record_whose_metric_does_not_reproduce_is_calibrated_in_full(compose_cfg, tmp_path, monkeypatch):
+    ctx = _ctx(compose_cfg, tmp_path, "dpo", "ci")
+
+    def shift(r):        # the other class's seed gave a clearly different metric
+        return {**r, "baseline_per_seed": [r["baseline_per_seed"][0] + 5 * r["phi_std"] + 0.05, *r["baseline_per_seed"][1:]]}
+    _move_records(ctx, OTHER.format(threads=ctx.threads), shift)
+    rec = anchors.find(ctx.task.grader, ctx.key)
+    full = []
+    monkeypatch.setattr(anchors, "calibrate", lambda c, workdir, seeds=None: full.append(workdir) or {"full": True})
+    out = anchors.measure_cpu(ctx, rec, tmp_path / "measure", "a test")
+    assert out == {"full": True} and full == [tmp_path / "measure" / "calibration"]
+    # nothing was stored for this class from the measurement
+    assert anchors.find(ctx.task.grader, ctx.key).match == "metered-cpu"
