@@ -310,7 +310,9 @@ def describe_plan(ctx: RunContext, cfg: DictConfig, window_s: float | None) -> N
         print(f"anchors     no_info {a.no_info:.4g}   baseline {a.baseline:.4g}   best {a.best:.4g}   "
               f"({rec.match} match, calibrated {rec.raw['provenance']['calibrated_at']})")
         bud = anchors.budget(ctx.task, ctx.scale, rec, ctx.threads)
-        if bud.cpu_s is not None:
+        if (why := anchors.needs_cpu_here(ctx, rec)):
+            print(f"train cap   measured on this CPU first (one shipped seed), since {why}")
+        elif bud.cpu_s is not None:
             print(f"train cap   {bud.cpu_s:.0f} CPU-s per seed ({bud.source})")
         else:
             print(f"train cap   {bud.wall_s:.0f} s per seed "

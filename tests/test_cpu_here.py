@@ -111,3 +111,14 @@ def test_a_record_whose_metric_does_not_reproduce_is_calibrated_in_full(compose_
     assert out == {"full": True} and full == [tmp_path / "measure" / "calibration"]
     # nothing was stored for this class from the measurement
     assert anchors.find(ctx.task.grader, ctx.key).match == "metered-cpu"
+
+
+def test_the_dry_run_says_the_cap_will_be_measured_here(compose_cfg, tmp_path, capsys):
+    from ai4ai.pipeline import describe_plan
+    ctx = _ctx(compose_cfg, tmp_path, "dpo", "smoke")
+    _move_records(ctx, OTHER.format(threads=ctx.threads))
+    describe_plan(ctx, compose_cfg("config", ["task=dpo", "scale=smoke", "agent=baseline"]), None)
+    out = capsys.readouterr().out
+    assert "metered-cpu match" in out
+    assert "train cap   measured on this CPU first (one shipped seed), since its CPU time was measured on " \
+           f"{OTHER.format(threads=ctx.threads)}" in out
