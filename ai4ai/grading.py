@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .console import say
@@ -39,6 +39,7 @@ class SeedResult:
     host_idle_cores: float | None = None  # the host's idle CPUs during training (load evidence)
     weights_sha256: str | None = None   # of the chosen checkpoint's loaded tensors (replicates compared)
     served: dict | None = None          # what the meter served, per class (meter.json); None: no meter
+    first_cut_cpu_s: float | None = None  # CPU seconds of a first training its CPU cap cut (then retrained once)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -50,6 +51,25 @@ def eval_spec(ctx: RunContext, pristine: Path, ckpts: list, mode: str = "grade")
                     scale=ctx.scale, candidates=[str(c) for c in ckpts], direction=task.metric.direction,
                     transform=task.metric.transform, metadata_keys=list(task.checkpoint_metadata),
                     device=ctx.device, threads=ctx.threads, mode=mode)
+
+
+def _retrain_after_cpu_cut(ctx: RunContext, first: SeedResult, again, seed_dir: Path) -> SeedResult:
+    """A seed its CPU cap cut is trained once more, from scratch, and the second training stands.
+
+    CPU time is not a fixed measure of work on a shared host: on a 2-core AMD EPYC VM the same
+    shipped diffusion_rl training took 20.8 CPU-s at one hour and 35.8 at the next, with nothing
+    else of ours running (other tenants slow every instruction), and a cap of 1.5 x the calibrated
+    CPU time then cut the shipped algorithm itself. A slow spell passes; a submission that needs
+    more than its cap is cut again. The first training is kept beside the second (cut_1/)."""
+    say(f"  seed {first.seed}: cut by its CPU cap at {first.cpu_s:.0f} of {ctx.cpu_cap_s:.0f} CPU-s; "
+        "training it once more (a slow spell of a shared host also costs CPU time)")
+    kept = seed_dir.parent / f"{seed_dir.name}.cut_1"
+    if kept.exists():
+        shutil.rmtree(kept)
+    seed_dir.rename(kept)
+    second = again(seed_dir)
+    kept.rename(seed_dir / "cut_1")
+    return replace(second, first_cut_cpu_s=first.cpu_s)
 
 
 def train_and_evaluate(ctx: RunContext, train_repo: Path, pristine: Path, seed: int,
@@ -105,6 +125,9 @@ def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Pat
                 train_seed = (training_seeds[seed] if training_seeds and seed in training_seeds
                               else training_seed(ctx, f"grade {seed}", seed))
                 r = train_and_evaluate(ctx, train_repo, pristine, seed, seed_dir, mounts, env, train_seed)
+                if r.cut == "cpu" and ctx.cpu_cap_s is not None:
+                    r = _retrain_after_cpu_cut(ctx, r, lambda d: train_and_evaluate(
+                        ctx, train_repo, pristine, seed, d, mounts, env, train_seed), seed_dir)
             except EnvironmentFault as e:   # the machine's fault: error, retried on rerun
                 r = SeedResult(seed=seed, status="error", reason=f"environment: {e}", raw=None,
                                train_s=round(ctx.cap_s, 2), timed_out=True, cut="wall")
@@ -119,6 +142,8 @@ def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Pat
         msg += f", {task.metric.name} {r.raw:.4f} (chose {r.chosen})" if r.raw is not None else f" ({r.reason})"
         if r.cut == "cpu":
             msg += f"; cut by its CPU cap at {r.cpu_s:.0f} CPU-s"
+        if r.first_cut_cpu_s is not None:
+            msg += f" (trained twice: the first training was cut at {r.first_cut_cpu_s:.0f} CPU-s)"
         say(msg)
         results.append(r)
     return results
