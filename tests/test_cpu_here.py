@@ -122,3 +122,19 @@ def test_the_dry_run_says_the_cap_will_be_measured_here(compose_cfg, tmp_path, c
     assert "metered-cpu match" in out
     assert "train cap   measured on this CPU first (one shipped seed), since its CPU time was measured on " \
            f"{OTHER.format(threads=ctx.threads)}" in out
+
+
+def test_a_deterministic_task_reproduces_within_float_noise(compose_cfg, tmp_path, monkeypatch):
+    """pruning's seeds all give one value (seed std 0): float noise of 1e-10 must not count as a
+    different machine. The training's outcome is set here; the decision is what is tested."""
+    from ai4ai.grading import SeedResult
+    ctx = _ctx(compose_cfg, tmp_path, "dpo", "ci")
+    theirs = _move_records(ctx, OTHER.format(threads=ctx.threads), lambda r: {**r, "phi_std": 0.0})
+    rec = anchors.find(ctx.task.grader, ctx.key)
+    here = theirs["baseline_per_seed"][0] + 3e-10
+    monkeypatch.setattr(anchors, "grade_seeds", lambda *a, **k: [SeedResult(
+        seed=theirs["seeds"][0], status="graded", reason=None, raw=here, train_s=5.0, timed_out=False, cpu_s=4.0)])
+    monkeypatch.setattr(anchors, "calibrate", lambda *a, **k: pytest.fail("calibrated in full"))
+    anchors.measure_cpu(ctx, rec, tmp_path / "m", "a test")
+    mine = anchors.find(ctx.task.grader, ctx.key)
+    assert mine.match == "exact" and mine.train_cpu_s == 4.0 and mine.anchors == rec.anchors
