@@ -270,10 +270,11 @@ def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
 
     One calibration seed of the shipped algorithm is trained and graded here exactly as in a
     calibration. Its metric must reproduce `rec`'s value for the same seed (within half the
-    record's seed-to-seed spread, and at least REPRODUCE_FLOOR: the anchors are the same
-    computation on any CPU, seen to agree to 1e-3 or better); then `rec`'s anchors are kept and the CPU and wall time measured here are
-    added, with the provenance of both. If the metric does not reproduce, the anchors do not
-    transfer either and a full calibration runs instead."""
+    record's seed-to-seed spread, and at least REPRODUCE_FLOOR); then `rec`'s anchors are kept and
+    the CPU and wall time measured here are added, with the provenance of both. Between an AMD EPYC
+    and an Intel Xeon most tasks agreed to 1e-3 or better; sft did not (exact match 0.6072 against
+    0.6358 on one seed). Where the metric does not reproduce, the anchors do not transfer either and
+    a full calibration runs instead."""
     task, b = ctx.task, ctx.task.scale(ctx.scale)
     seed = int(rec.raw["seeds"][0])
     there = float(rec.raw["baseline_per_seed"][0])
