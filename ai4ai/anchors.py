@@ -158,6 +158,35 @@ def empty_submission() -> Submission:
     return Submission(files={}, rejected={}, patch="", lines_added=0, lines_removed=0)
 
 
+def _train_shipped(ctx: RunContext, workdir: Path, seeds: list[int], what: str) -> list:
+    """The shipped algorithm graded on `seeds` under the scale's default wall cap and no CPU cap; every
+    seed must grade and run to its end (a run the wall clock cut must not become the baseline or the cap)."""
+    shipped = replace(ctx, run_dir=workdir, cap_s=ctx.task.scale(ctx.scale).default_cap_s, cpu_cap_s=None, nonce=None)
+    results = grade_seeds(shipped, empty_submission(), seeds, workdir / "shipped")
+    bad = [r for r in results if r.status != "graded"]
+    if bad:
+        raise RuntimeError(f"the shipped algorithm failed {what}: "
+                           + "; ".join(f"seed {r.seed}: {r.status} {r.reason}" for r in bad))
+    why = calibration_cut(results)
+    if why:
+        raise RuntimeError(why)
+    return results
+
+
+def _timing(results: list) -> dict:
+    """train_wall_s and train_cpu_s of a record: per seed, mean and max."""
+    out = {}
+    for name, xs in (("train_wall_s", [r.train_s for r in results]), ("train_cpu_s", [r.cpu_s for r in results])):
+        out[name] = {"per_seed": xs, "mean": statistics.mean(xs), "max": max(xs)}
+    return out
+
+
+def _provenance(ctx: RunContext, t0: float, command: str, **extra) -> dict:
+    return {"calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
+            "sandbox": ctx.backend, "calibration_s": round(time.monotonic() - t0, 1),
+            "benchmark_version_at_calibration": ctx.version, "command": command, **extra, **versions()}
+
+
 def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None) -> dict:
     """Measure the anchors of ctx's task on this device class and store them; returns the record."""
     task, b = ctx.task, ctx.task.scale(ctx.scale)
@@ -167,15 +196,7 @@ def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None) ->
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     say(f"calibrating {task.name} at {ctx.scale} on {ctx.key.device_class}: seeds {seeds}")
-    shipped = replace(ctx, run_dir=workdir, cap_s=b.default_cap_s, cpu_cap_s=None, nonce=None)
-    results = grade_seeds(shipped, empty_submission(), seeds, workdir / "shipped")
-    bad = [r for r in results if r.status != "graded"]
-    if bad:
-        raise RuntimeError("the shipped algorithm failed during calibration: "
-                           + "; ".join(f"seed {r.seed}: {r.status} {r.reason}" for r in bad))
-    why = calibration_cut(results)     # a run the wall clock cut must not become the baseline and the cap
-    if why:
-        raise RuntimeError(why)
+    results = _train_shipped(ctx, workdir, seeds, "during calibration")
     spec = EvalSpec(task=task.name, repo=str(workdir / "shipped" / ".pristine"), grader=str(task.grader),
                     model=task.model, scale=ctx.scale, candidates=[], direction=task.metric.direction,
                     transform=task.metric.transform, metadata_keys=[], device=ctx.device, threads=ctx.threads,
@@ -186,8 +207,6 @@ def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None) ->
         raise RuntimeError(f"metric.best is {task.metric.best!r} but the grader has no best_attainable()")
     raws = [r.raw for r in results]
     phis = [phi(x, task.metric.direction, task.metric.transform) for x in raws]
-    walls = [r.train_s for r in results]
-    cpus = [r.cpu_s for r in results]
     baseline = phi_mean_raw(task, raws)
     vals = [r.validation_metric for r in results if r.validation_metric is not None]
     se = [r.test_excess_se for r in results if r.test_excess_se is not None]
@@ -205,13 +224,8 @@ def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None) ->
         "seeds": seeds, "baseline_per_seed": raws,
         "phi_std": statistics.stdev(phis),
         "test_excess_se": max(se) if se else None,
-        "train_wall_s": {"per_seed": walls, "mean": statistics.mean(walls), "max": max(walls)},
-        "train_cpu_s": {"per_seed": cpus, "mean": statistics.mean(cpus), "max": max(cpus)},
-        "provenance": {"calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
-                       "sandbox": ctx.backend, "calibration_s": round(time.monotonic() - t0, 1),
-                       "benchmark_version_at_calibration": ctx.version,
-                       "command": f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale}",
-                       **versions()},
+        **_timing(results),
+        "provenance": _provenance(ctx, t0, f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale}"),
     }
     path = store(task.grader, record)
     slug = ctx.key.device_class.replace(":", "_").replace(" ", "_").replace("/", "_")
@@ -275,21 +289,15 @@ def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
     and an Intel Xeon most tasks agreed to 1e-3 or better; sft did not (exact match 0.6072 against
     0.6358 on one seed). Where the metric does not reproduce, the anchors do not transfer either and
     a full calibration runs instead."""
-    task, b = ctx.task, ctx.task.scale(ctx.scale)
+    task = ctx.task
     seed = int(rec.raw["seeds"][0])
     there = float(rec.raw["baseline_per_seed"][0])
     say(f"the {task.name}/{ctx.scale} record cannot cap CPU here: {why}; measuring the shipped algorithm's "
         f"CPU time on {ctx.key.device_class} (seed {seed}, one shipped training)")
     t0 = time.monotonic()
-    shipped = replace(ctx, run_dir=workdir, cap_s=b.default_cap_s, cpu_cap_s=None, nonce=None)
-    results = grade_seeds(shipped, empty_submission(), [seed], workdir / "shipped")
-    bad = [r for r in results if r.status != "graded"]
-    if bad:
-        raise RuntimeError(f"the shipped algorithm failed while measuring its CPU time: seed {seed}: "
-                           f"{bad[0].status} {bad[0].reason}")
-    if (cut := calibration_cut(results)):
-        raise RuntimeError(cut)
-    here = float(results[0].raw)
+    results = _train_shipped(ctx, workdir, [seed], "while measuring its CPU time")
+    r0 = results[0]
+    here = float(r0.raw)
     d_phi = abs(phi(here, task.metric.direction, task.metric.transform)
                 - phi(there, task.metric.direction, task.metric.transform))
     tol = max(0.5 * rec.phi_std, REPRODUCE_FLOOR)
@@ -298,21 +306,13 @@ def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
             f"{d_phi:.3g}, more than {tol:.3g}: half its seed-to-seed std, at least {REPRODUCE_FLOOR:g}): the anchors "
             "do not transfer; calibrating in full")
         return calibrate(ctx, workdir / "calibration")
-    r0 = results[0]
-    record = {k: v for k, v in rec.raw.items() if k not in ("key", "train_wall_s", "train_cpu_s", "provenance")}
-    record = {"key": ctx.key.as_dict(), **record,
-              "train_wall_s": {"per_seed": [r0.train_s], "mean": r0.train_s, "max": r0.train_s},
-              "train_cpu_s": {"per_seed": [r0.cpu_s], "mean": r0.cpu_s, "max": r0.cpu_s},
-              "provenance": {"calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
-                             "sandbox": ctx.backend, "calibration_s": round(time.monotonic() - t0, 1),
-                             "benchmark_version_at_calibration": ctx.version,
-                             "command": f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale} cpu_only=true",
-                             "cpu_measured_on_seeds": [seed],
-                             "anchors_from": {"device_class": rec.key.device_class,
-                                              "calibrated_at": rec.raw["provenance"]["calibrated_at"],
-                                              "host": rec.raw["provenance"].get("host"),
-                                              "check": {"seed": seed, "metric_there": there, "metric_here": here}},
-                             **versions()}}
+    kept = {k: v for k, v in rec.raw.items() if k not in ("key", "train_wall_s", "train_cpu_s", "provenance")}
+    anchors_from = {"device_class": rec.key.device_class, "calibrated_at": rec.raw["provenance"]["calibrated_at"],
+                    "host": rec.raw["provenance"].get("host"),
+                    "check": {"seed": seed, "metric_there": there, "metric_here": here}}
+    record = {"key": ctx.key.as_dict(), **kept, **_timing(results),
+              "provenance": _provenance(ctx, t0, f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale} "
+                                        "cpu_only=true", cpu_measured_on_seeds=[seed], anchors_from=anchors_from)}
     path = store(task.grader, record)
     say(f"CPU time stored in {path}: shipped {r0.cpu_s:.1f} CPU-s ({r0.train_s:.1f} s) on seed {seed}, whose metric "
         f"{here:.6g} reproduces the {rec.key.device_class} record's {there:.6g}; its anchors are kept")
