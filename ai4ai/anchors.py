@@ -220,7 +220,9 @@ def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None) ->
         "anchors": {"no_info": ref["no_info"], "baseline": baseline, "best": best},
         "validation": ({"no_info": ref["validation_no_info"], "baseline": phi_mean_raw(task, vals),
                         "best": best if not isinstance(task.metric.best, str) else ref["validation_best"]}
-                       if vals and ref.get("validation_no_info") is not None else None),
+                       # a task graded on a fresh instance trained these runs on that instance, so their
+                       # score on the visible validation split anchors nothing (its proxy shows raw values)
+                       if vals and ref.get("validation_no_info") is not None and not task.grading_data else None),
         "seeds": seeds, "baseline_per_seed": raws,
         "phi_std": statistics.stdev(phis),
         "test_excess_se": max(se) if se else None,

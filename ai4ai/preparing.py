@@ -210,6 +210,19 @@ def data_mounts(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> tuple[
     return [Mount(DATA, dest, False)], {task.data_env: DATA}
 
 
+def grading_mounts(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> tuple[list, dict]:
+    """The data a graded training run (grading, calibration, audit) is served: where the task grades on
+    a fresh instance of its source (data.grading), that instance's training split, written once by the
+    grader into the cache and read by the meter only; else what every run gets (data_mounts). The
+    agent's own proxy runs keep data_mounts: they train on the instance the agent sees."""
+    if not task.grading_data:
+        return data_mounts(task, scale, cache_root)
+    fn = getattr(load_grader(task.name, task.grader), task.grading_data)
+    dest = _build_cached(Path(cache_root) / "data" / task.name / f"{scale}-graded" / cache_key(task),
+                         f"{task.name} {scale} graded instance ({task.grading_data})", lambda d: fn(scale, d))
+    return [Mount(DATA, dest, False)], {task.data_env: DATA}
+
+
 def artifact_state(task: Task, scale: str) -> dict[str, str]:
     """Each file the repo's prepare step writes at `scale`: ok | missing | checksum mismatch | unlisted."""
     if not needs_artifacts(task, scale):

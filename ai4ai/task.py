@@ -132,6 +132,10 @@ class Task:
     scales: dict[str, ScaleBudget]
     deterministic: bool = False     # the shipped algorithm ignores --seed (e.g. magnitude pruning)
     artifacts: Artifacts | None = None
+    # data.grading: the grader function that writes the training split a *graded* run is served, a
+    # fresh instance of the task's source (the agent's own runs keep the committed, visible one);
+    # None: graded runs are served what the agent's are
+    grading_data: str | None = None
     # A Hugging Face causal LM folder that replaces the repo's prepared model (task.model_path=...;
     # ai4ai/models.py). None: the repo's own model, exactly as without the option.
     model_path: str | None = None
@@ -209,7 +213,7 @@ def parse_task(raw: Any, where: str) -> Task:
         raise TaskError(f"{where}: metric.transform must be identity or neg_log, got {metric['transform']!r}")
     if metric["transform"] == "neg_log" and metric["direction"] != "min":
         raise TaskError(f"{where}: transform neg_log is for a positive metric where lower is better (direction: min)")
-    data = _take(d.get("data") or {}, f"{where}: data", set(), {"checksums", "validation", "prepare", "env", "writes", "artifacts"})
+    data = _take(d.get("data") or {}, f"{where}: data", set(), {"checksums", "validation", "prepare", "env", "writes", "artifacts", "grading"})
     art = None
     if data.get("artifacts") is not None:
         a = _take(data["artifacts"], f"{where}: data.artifacts", {"command", "writes", "scales"}, {"data_function"})
@@ -217,6 +221,9 @@ def parse_task(raw: Any, where: str) -> Task:
                         scales=tuple(str(x) for x in a["scales"]), data_function=a.get("data_function"))
         if set(art.scales) - set(SCALES):
             raise TaskError(f"{where}: data.artifacts.scales must be among {SCALES}")
+    if data.get("grading") is not None and not (data.get("env") and d.get("meter")):
+        raise TaskError(f"{where}: data.grading needs data.env (where the meter reads the graded instance's "
+                        "split) and a meter: block (which serves it)")
     scales = {}
     for s, b in d["scales"].items():
         if s not in SCALES:
@@ -249,7 +256,7 @@ def parse_task(raw: Any, where: str) -> Task:
         prepare=data.get("prepare"), data_env=data.get("env"),
         prepare_writes=tuple(str(w) for w in data.get("writes") or ()),
         metric=Metric(**metric), scales=scales,
-        deterministic=d.get("deterministic", False), artifacts=art,
+        deterministic=d.get("deterministic", False), artifacts=art, grading_data=data.get("grading"),
         model_path=model_path, tuning=parse_tuning(d.get("tuning"), where),
         meter=parse_meter(d.get("meter"), where),
     )

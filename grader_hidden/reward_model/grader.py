@@ -1,7 +1,12 @@
 """Hidden grader of the `reward_model` task: pairwise accuracy against the clean hidden rule.
 
 Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
-evaluate_with_noise, uninformative(model), materialize(scale, dest).
+evaluate_with_noise, uninformative(model), materialize(scale, dest), grading_data(scale, dest).
+
+Graded on a fresh instance of the rule (rule.py): what the agent sees, the committed training pairs
+and the validation split, follows rule.VISIBLE; a graded training run is served pairs labelled by
+the instance drawn from the secret `rule` seed (grading_data, held by the meter), and the hidden
+selection and test splits follow that instance too.
 """
 from __future__ import annotations
 
@@ -30,6 +35,11 @@ def _secrets() -> dict:
     return yaml.safe_load((HERE / "secrets.yaml").read_text())
 
 
+def graded_rule() -> rule.Rule:
+    """The rule instance the grader grades on (never the visible one)."""
+    return rule.drawn(int(_secrets()["rule"]))
+
+
 def validation_rows() -> np.ndarray:
     """The visible validation split as the repo's pair rows [N, 2 * SEQ + 2] (clean labels, no rater)."""
     return rule.pairs(SPLITS["validation"], _secrets()["validation"], raters=False)
@@ -40,12 +50,13 @@ def split(name: str, cfg=None) -> dict:
 
     {"seqs": [S, SEQ] uint8, "a", "b": [N] indices into seqs, "label": [N] 1 if a is preferred,
     "group": [N] the group of responses a pair comes from (the unit of the standard error)}.
-    The selection and test splits share responses within groups (each is scored once); the
-    validation split is the committed pair file, one group per pair.
+    The selection and test splits share responses within groups (each is scored once) and follow
+    the graded instance; the validation split is the committed pair file (the visible instance),
+    one group per pair.
     """
     if name == "validation":
         return from_rows(validation_rows())
-    return rule.grouped(SPLITS[name], _secrets()[name])
+    return rule.grouped(SPLITS[name], _secrets()[name], rule=graded_rule())
 
 
 def from_rows(rows: np.ndarray) -> dict:
@@ -131,3 +142,15 @@ def materialize(scale: str, dest: Path) -> dict:
         (dest / name).write_bytes(raw)
         sums[name] = hashlib.sha256(raw).hexdigest()
     return sums
+
+
+def grading_data(scale: str, dest: Path) -> dict:
+    """The training pairs a graded run is served at `scale`: the same recipe as the committed ones
+    (materialize), labelled by the graded instance of the rule and its raters; return sha256s."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    name = f"train_{scale}.u8"
+    raw = np.ascontiguousarray(rule.pairs(TRAIN_PAIRS[scale], _secrets()[f"train_{scale}"], raters=True,
+                                          rule=graded_rule()), dtype=np.uint8).tobytes()
+    (dest / name).write_bytes(raw)
+    return {name: hashlib.sha256(raw).hexdigest()}

@@ -104,7 +104,8 @@ def test_committed_data_and_base_model_regenerate(metric, tmp_path):
 def test_splits_have_clean_labels_and_no_ties(grader, rule, name):
     s = grader.split(name)
     assert len(s["label"]) == grader.SPLITS[name]
-    sc = rule.rule_scores(s["seqs"])
+    # the validation split follows the visible rule, the hidden splits the graded instance
+    sc = rule.rule_scores(s["seqs"], rule.VISIBLE if name == "validation" else grader.graded_rule())
     assert (sc[s["a"]] != sc[s["b"]]).all()
     assert ((sc[s["a"]] > sc[s["b"]]).astype(np.uint8) == s["label"]).all()
     assert 0.4 < s["label"].mean() < 0.65
@@ -183,8 +184,12 @@ def test_metric_on_hand_made_rewards(grader, rule, val):
     assert _credit(grader, inf, sb, val) == 0.0
 
 
-def test_degenerate_rewards_do_not_beat_the_shipped_algorithm(grader, val):
+@pytest.mark.parametrize("instance", ["visible", "graded"])
+def test_degenerate_rewards_do_not_beat_the_shipped_algorithm(grader, rule, val, instance):
+    """On the validation split (the visible rule) and on clean pairs of the graded instance alike."""
     base = _baseline_accuracy()
+    if instance == "graded":
+        val = rule.pairs(len(val), 7, raters=False, rule=grader.graded_rule())
     a, b = val[:, :SEQ].astype(np.int64), val[:, SEQ:2 * SEQ].astype(np.int64)
     rng = np.random.default_rng(0)
     la, lb = (np.argmax(x[:, 4:] == 2, axis=1) for x in (a, b))
