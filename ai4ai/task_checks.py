@@ -97,6 +97,9 @@ def contract_checks(task: Task, rep: Report) -> None:
                       "add best_attainable(split, cfg) or give metric.best as a number")
         if task.prepare:
             rep.check(hasattr(g, task.prepare), f"grader implements {task.prepare}()", "data.prepare names a missing function")
+        if task.grading_data:
+            rep.check(hasattr(g, task.grading_data), f"grader implements {task.grading_data}() (the graded instance's split)",
+                      "data.grading names a function the grader package does not export")
     except Exception as e:  # noqa: BLE001 - report any import failure as a failed check
         rep.check(False, f"hidden grader {task.grader} loads", f"{type(e).__name__}: {e}")
     for p in sorted((PROJECT_ROOT / "examples" / task.name).glob("*.patch")):

@@ -32,12 +32,22 @@ def test_tasks_are_discovered_by_file():
     (lambda d: d.pop("entry"), "missing keys"),
     (lambda d: d.update(model="model.build_model"), "module:function"),
     (lambda d: d.update(deterministic="yes"), "deterministic must be true or false"),
+    (lambda d: (d["data"].update(grading="grading_data"), d["data"].pop("env")), "data.grading needs data.env"),
+    (lambda d: (d["data"].update(grading="grading_data"), d.pop("meter")), "data.grading needs data.env"),
 ])
 def test_bad_task_configs_are_rejected_with_a_reason(mutate, msg):
     d = copy.deepcopy(RAW)
     mutate(d)
     with pytest.raises(TaskError, match=msg):
         parse_task(d, "test")
+
+
+def test_a_fresh_graded_instance_is_declared_by_data_grading():
+    d = copy.deepcopy(RAW)
+    assert parse_task(d, "test").grading_data is None
+    d["data"]["grading"] = "grading_data"
+    assert parse_task(d, "test").grading_data == "grading_data"
+    assert load_task("reward_model").grading_data == "grading_data"
 
 
 def test_unknown_task_names_the_known_ones():
