@@ -56,7 +56,7 @@ class ProxyServer:
     calls: int = 0
     credit_s: float = 0.0                        # lock waits given back to the window (see _score)
     marked: Submission | None = None
-    snapshots: list = field(default_factory=list)   # (proxy score or None, Submission) per call
+    snapshots: list = field(default_factory=list)   # (rank: proxy score, else raw metric, or None; Submission) per call
     _sock: socket.socket | None = None
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -191,7 +191,7 @@ class ProxyServer:
                     reason = "no valid checkpoint: " + "; ".join(c.get("reason", "") for c in res["candidates"])
         m = ctx.task.metric
         score = sigma(metric, self.validation, m.direction, m.transform) if metric is not None and self.validation else None
-        self.snapshots.append((score, sub))
+        self.snapshots.append((proxy_rank(score, metric, m.direction), sub))
         # reason (harness-written text) -> a word of REASONS, in run_training's order of checks
         code = "ok" if reason is None else "sandbox_limit" if outcome.limit else \
             "idle" if reason.startswith(("idle past", "lowered its own")) else \
@@ -242,6 +242,15 @@ def client_bin(run_dir: Path) -> Path:
         shutil.copyfile(PROJECT_ROOT / "ai4ai" / src, target)
         target.chmod(0o755)
     return d
+
+
+def proxy_rank(score: float | None, metric: float | None, direction: str) -> float | None:
+    """What best_proxy ranks a call by: its proxy score; for a task without validation anchors (one
+    graded on a fresh instance) its raw validation metric, turned so that higher is better (the calls
+    of one run share one metric); None for a call that produced nothing."""
+    if score is not None or metric is None:
+        return score
+    return metric if direction == "max" else -metric
 
 
 def choose_submission(policy: str, final: Submission, server: ProxyServer | None) -> tuple[Submission, str]:

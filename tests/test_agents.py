@@ -62,6 +62,19 @@ def test_submission_policies():
         choose_submission("latest", final, Empty())
 
 
+def test_best_proxy_ranks_raw_metrics_where_a_task_has_no_validation_anchors():
+    from ai4ai.proxy import proxy_rank
+    assert proxy_rank(0.3, 0.9, "max") == 0.3                 # a score, when there is one
+    assert proxy_rank(None, None, "max") is None              # a call that produced nothing
+    assert proxy_rank(None, 0.81, "max") == 0.81              # reward_model: accuracy, higher is better
+    assert proxy_rank(None, 3.2, "min") == -3.2               # a loss-like metric: lower is better
+
+    class Server:                                             # a run graded on a fresh instance
+        marked = None
+        snapshots = [(proxy_rank(None, x, "min"), _sub(t)) for x, t in ((3.0, "a"), (2.5, "b"), (None, "c"))]
+    assert choose_submission("best_proxy", _sub("final"), Server())[0].patch == "b"
+
+
 def test_trajectory_summary(tmp_path):
     p = tmp_path / "trajectory.jsonl"
     rows = [{"event": "proxy", "call": 1, "proxy_score": None, "status": "invalid"},
