@@ -128,14 +128,10 @@ def best_attainable(split: dict, cfg=None) -> float:
     return 1.0
 
 
-def materialize(scale: str, dest: Path) -> dict:
-    """Write the training split of `scale`, the validation split and the unlabelled sequences; return sha256s."""
+def _write(dest: Path, files: dict) -> dict:
+    """Write each {name: uint8 array} into dest; return their sha256s."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    s = _secrets()
-    files = {f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], s[f"train_{scale}"], raters=True),
-             "val.u8": validation_rows(),
-             "unlabelled.u8": rule.unlabelled(UNLABELLED, s["unlabelled"])}
     sums = {}
     for name, arr in files.items():
         raw = np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
@@ -144,13 +140,16 @@ def materialize(scale: str, dest: Path) -> dict:
     return sums
 
 
+def materialize(scale: str, dest: Path) -> dict:
+    """Write the training split of `scale`, the validation split and the unlabelled sequences; return sha256s."""
+    s = _secrets()
+    return _write(dest, {f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], s[f"train_{scale}"], raters=True),
+                         "val.u8": validation_rows(),
+                         "unlabelled.u8": rule.unlabelled(UNLABELLED, s["unlabelled"])})
+
+
 def grading_data(scale: str, dest: Path) -> dict:
     """The training pairs a graded run is served at `scale`: the same recipe as the committed ones
     (materialize), labelled by the graded instance of the rule and its raters; return sha256s."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    name = f"train_{scale}.u8"
-    raw = np.ascontiguousarray(rule.pairs(TRAIN_PAIRS[scale], _secrets()[f"train_{scale}"], raters=True,
-                                          rule=graded_rule()), dtype=np.uint8).tobytes()
-    (dest / name).write_bytes(raw)
-    return {name: hashlib.sha256(raw).hexdigest()}
+    return _write(dest, {f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], _secrets()[f"train_{scale}"],
+                                                         raters=True, rule=graded_rule())})

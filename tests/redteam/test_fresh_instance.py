@@ -57,9 +57,9 @@ def _grader():
 
 
 def _ranked_right(scores: np.ndarray, split: dict) -> float:
-    sa, sb = scores[split["a"]], scores[split["b"]]
-    right = np.where(split["label"] == 1, sa > sb, sb > sa)
-    return float(np.where(sa == sb, 0.5, right).mean())
+    """The grader's own pairwise accuracy of per-sequence scores on a split (ties 0.5)."""
+    _, g = _grader()
+    return float(g.credit(scores[split["a"]].astype(float), scores[split["b"]].astype(float), split["label"]).mean())
 
 
 def test_the_graded_instance_is_not_the_visible_one():
