@@ -1,7 +1,15 @@
 """Hidden grader of the `optimizer` task: held-out perplexity against the exact source.
 
 Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
-evaluate_with_noise, uninformative(model), best_attainable(split, cfg), materialize(scale, dest).
+evaluate_with_noise, uninformative(model), best_attainable(split, cfg), materialize(scale, dest),
+grading_data(scale, dest).
+
+Graded on a fresh instance of the source family (source.build_source): what the agent sees, the
+committed training splits and the validation split, is text of the visible source (secret
+`source`); a graded training run is served text of another HMM of the family, drawn from the secret
+`instance` seed (grading_data, held by the meter), and the hidden selection and test splits are its
+text too. A split is {"tokens": [N, 128] uint8, "instance": "graded" or "visible"}: the Bayes
+optimum of a text is its own source's.
 """
 from __future__ import annotations
 
@@ -30,13 +38,17 @@ def _secrets() -> dict:
     return yaml.safe_load((HERE / "secrets.yaml").read_text())
 
 
-def _source() -> source.HMM:
-    return source.build_source(_secrets()["source"])
+def _source(instance: str = "visible") -> source.HMM:
+    """The visible source (the text the agent is given) or the graded instance of its family."""
+    return source.build_source(_secrets()["source" if instance == "visible" else "instance"])
 
 
-def split(name: str, cfg=None) -> np.ndarray:
-    """A hidden split ([N, 128] uint8), regenerated from its secret seed."""
-    return source.sample(_source(), SPLITS[name], _secrets()[name])
+def split(name: str, cfg=None) -> dict:
+    """A hidden split regenerated from its secret seed: {"tokens": [N, 128] uint8, "instance"}. The
+    selection and test splits are text of the graded instance; the validation split (committed as
+    data/val.u8) is the visible source's."""
+    instance = "visible" if name == "validation" else "graded"
+    return {"tokens": source.sample(_source(instance), SPLITS[name], _secrets()[name]), "instance": instance}
 
 
 @torch.no_grad()
@@ -53,15 +65,15 @@ def _nll(model: torch.nn.Module, tokens: np.ndarray, batch: int = 64) -> np.ndar
     return np.concatenate(out)
 
 
-def evaluate(model: torch.nn.Module, split: np.ndarray, cfg=None) -> float:
+def evaluate(model: torch.nn.Module, split: dict, cfg=None) -> float:
     """Perplexity (raw metric, lower is better; the score uses phi = -log perplexity)."""
-    return math.exp(float(_nll(model, split).mean()))
+    return math.exp(float(_nll(model, split["tokens"]).mean()))
 
 
-def evaluate_with_noise(model: torch.nn.Module, split: np.ndarray, cfg=None) -> tuple[float, float]:
+def evaluate_with_noise(model: torch.nn.Module, split: dict, cfg=None) -> tuple[float, float]:
     """(perplexity, standard error of the mean excess NLL over the Bayes predictor, in nats)."""
-    nll = _nll(model, split)
-    excess = nll - source.conditional_nll(_source(), split).mean(1)
+    nll = _nll(model, split["tokens"])
+    excess = nll - source.conditional_nll(_source(split["instance"]), split["tokens"]).mean(1)
     return math.exp(float(nll.mean())), float(excess.std(ddof=1) / math.sqrt(len(excess)))
 
 
@@ -73,18 +85,30 @@ def uninformative(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def best_attainable(split: np.ndarray, cfg=None) -> float:
-    """The source's own perplexity on the same text: the Bayes optimum."""
-    return math.exp(float(source.conditional_nll(_source(), split).mean()))
+def best_attainable(split: dict, cfg=None) -> float:
+    """The text's own source's perplexity on it: the Bayes optimum."""
+    return math.exp(float(source.conditional_nll(_source(split["instance"]), split["tokens"]).mean()))
 
 
 def materialize(scale: str, dest: Path) -> dict:
-    """Write the training split of `scale` (and the validation split) into dest; return sha256s."""
+    """Write the training split of `scale` (and the validation split) of the visible source into
+    dest; return sha256s."""
+    s, hmm = _secrets(), _source()
+    return _write(dest, {f"train_{scale}.u8": source.sample(hmm, TRAIN_SEQUENCES[scale], s[f"train_{scale}"]),
+                         "val.u8": source.sample(hmm, VALIDATION_SEQUENCES, s["validation"])})
+
+
+def grading_data(scale: str, dest: Path) -> dict:
+    """The training split a graded run is served at `scale`: as many sequences as the committed one
+    (materialize), from the same seed, of the graded instance; return sha256s."""
+    return _write(dest, {f"train_{scale}.u8": source.sample(_source("graded"), TRAIN_SEQUENCES[scale],
+                                                            _secrets()[f"train_{scale}"])})
+
+
+def _write(dest: Path, files: dict) -> dict:
+    """Write each {name: uint8 array} into dest; return their sha256s."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    s, hmm = _secrets(), _source()
-    files = {f"train_{scale}.u8": source.sample(hmm, TRAIN_SEQUENCES[scale], s[f"train_{scale}"]),
-             "val.u8": source.sample(hmm, VALIDATION_SEQUENCES, s["validation"])}
     sums = {}
     for name, arr in files.items():
         raw = arr.tobytes()

@@ -7,8 +7,14 @@ follow a sparse transition graph and emit from a few symbols each, shared across
 Because the source is an HMM, the exact conditional likelihood p(x_t | x_<t) of any text is
 computable with the forward algorithm: the Bayes-optimal perplexity that anchors 1.0.
 
+build_source(seed) draws one instance of a family of such sources. The agent is given text of one
+instance (the secret `source` seed); graded runs are served, and tested on, text of another (the
+secret `instance` seed). The two share no parameters: each predicts the other's text worse than a
+uniform guess (perplexity about 200 against 32). Nothing a patch memorises of the visible
+instance transfers; what the family has in common (its structure and sizes) does.
+
 This file lives only in grader_hidden/: the agent and the grader's training run see the
-materialized training split, never the source's parameters or seeds.
+materialized training split, never the sources' parameters or seeds.
 """
 from __future__ import annotations
 
