@@ -27,6 +27,13 @@ counts against your window. `ai4ai-proxy --submit` marks the current files as yo
 left in your window, `ai4ai-proxy --status` the same and your proxy calls so far. The score that counts is the hidden one, on other seeds and other data.
 """
 
+FRESH_INSTANCE = """\
+This task is graded on a fresh instance of its source: graded runs are served, and tested on, data
+of another instance of the same family, drawn from a secret seed (the repository's README says what
+varies). Your proxy calls train and validate on the instance you are given, so they answer with the
+raw validation metric only, not a place on the 0 / 0.1 / 1.0 scale.
+"""
+
 
 def render(task: Task, scale: str, window_s: float, started: float | None = None) -> str:
     started = started or time.time()
@@ -43,7 +50,7 @@ def render(task: Task, scale: str, window_s: float, started: float | None = None
         f"Goal: improve the training algorithm so that the trained model scores better on the hidden "
         f"metric ({task.metric.name}, {'higher' if task.metric.direction == 'max' else 'lower'} is better).\n",
         RULES.format(editable=editable),
-        PROXY,
+        PROXY + (FRESH_INSTANCE if task.grading_data else ""),
         "## The repository's README\n\n" + (task.repo / "README.md").read_text(),
     ]
     kernels_readme = PROJECT_ROOT / "kernels" / "README.md"

@@ -227,7 +227,7 @@ def finish(ctx: RunContext, cell: Cell, sub: Submission, scored: Scored, seed_re
         ctx, agent=cell.label, agent_config=cell.agent_cfg, seed=cell.seed,
         seeds=seeds or list(ctx.task.scale(ctx.scale).grader_seeds), scored=scored, seed_results=seed_results,
         record=record_, submission=sub.summary(),
-        trajectory=trajectory_summary(rd.trajectory) if rd.trajectory.exists() else dict(EMPTY_SUMMARY),
+        trajectory=trajectory_summary(rd.trajectory, ctx.task.metric.direction) if rd.trajectory.exists() else dict(EMPTY_SUMMARY),
         timing=timing, cost=cost,
         provenance={**versions(), "repo_sha256": tree_sha256(ctx.task.repo),
                     "grader_sha256": tree_sha256(ctx.task.grader, UNVERSIONED),

@@ -30,7 +30,7 @@ from .scoring import Anchors, sigma
 from .submission import Submission, from_workspace
 from .preparing import data_mounts
 from .training import build_training_copy, device_lock, run_training, stage_dir, training_seed
-from .trajectory import PROXY, SUBMIT, Trajectory
+from .trajectory import PROXY, SUBMIT, Trajectory, rank
 
 MAX_REQUEST = 4096
 MAX_CALLS = 1000                 # a flood of calls ends here; each call is still charged to the window
@@ -191,7 +191,7 @@ class ProxyServer:
                     reason = "no valid checkpoint: " + "; ".join(c.get("reason", "") for c in res["candidates"])
         m = ctx.task.metric
         score = sigma(metric, self.validation, m.direction, m.transform) if metric is not None and self.validation else None
-        self.snapshots.append((proxy_rank(score, metric, m.direction), sub))
+        self.snapshots.append((rank(score, metric, m.direction), sub))
         # reason (harness-written text) -> a word of REASONS, in run_training's order of checks
         code = "ok" if reason is None else "sandbox_limit" if outcome.limit else \
             "idle" if reason.startswith(("idle past", "lowered its own")) else \
@@ -242,15 +242,6 @@ def client_bin(run_dir: Path) -> Path:
         shutil.copyfile(PROJECT_ROOT / "ai4ai" / src, target)
         target.chmod(0o755)
     return d
-
-
-def proxy_rank(score: float | None, metric: float | None, direction: str) -> float | None:
-    """What best_proxy ranks a call by: its proxy score; for a task without validation anchors (one
-    graded on a fresh instance) its raw validation metric, turned so that higher is better (the calls
-    of one run share one metric); None for a call that produced nothing."""
-    if score is not None or metric is None:
-        return score
-    return metric if direction == "max" else -metric
 
 
 def choose_submission(policy: str, final: Submission, server: ProxyServer | None) -> tuple[Submission, str]:

@@ -66,19 +66,33 @@ def proxy_score(rec: dict) -> float | None:
     return _number(rec.get("proxy_score"))
 
 
-def summary(path: Path) -> dict:
-    """result.json's `trajectory` field."""
+def rank(score: float | None, metric: float | None, direction: str | None) -> float | None:
+    """What a proxy call is ranked by (best_proxy, the summary's best call): its proxy score; for a
+    task without validation anchors (one graded on a fresh instance) its raw validation metric,
+    turned so that higher is better (the calls of one run share one metric); None for a call that
+    produced nothing, or when the direction is not known."""
+    score, metric = _number(score), _number(metric)
+    if score is not None or metric is None or direction not in ("max", "min"):
+        return score
+    return metric if direction == "max" else -metric
+
+
+def summary(path: Path, direction: str | None = None) -> dict:
+    """result.json's `trajectory` field; `direction` (the task metric's) ranks the calls of a task
+    whose proxy reports a raw metric only."""
     calls = events(path)
-    valid = [c for c in calls if proxy_score(c) is not None]
+    ranked = [(rank(c.get("proxy_score"), c.get("proxy_metric"), direction), c) for c in calls]
+    valid = [(r, c) for r, c in ranked if r is not None]
     if not valid:
         return {**EMPTY_SUMMARY, "proxy_calls": len(calls)}
-    best = max(valid, key=proxy_score)
-    final = calls[-1]
+    best_rank, best = max(valid, key=lambda x: x[0])
+    final_rank, final = ranked[-1]
 
     def brief(c):
         return {k: c.get(k) for k in BRIEF_KEYS}
-    return {"proxy_calls": len(calls), "first_valid_proxy": brief(valid[0]), "best_proxy": brief(best),
-            "final_proxy": brief(final), "regressed_after_best": (proxy_score(final) or 0.0) < proxy_score(best)}
+    return {"proxy_calls": len(calls), "first_valid_proxy": brief(valid[0][1]), "best_proxy": brief(best),
+            "final_proxy": brief(final), "regressed_after_best": (final_rank if final_rank is not None
+                                                                   else -math.inf) < best_rank}
 
 
 def curve(path: Path) -> list[tuple[float, float]]:

@@ -63,15 +63,16 @@ def test_submission_policies():
 
 
 def test_best_proxy_ranks_raw_metrics_where_a_task_has_no_validation_anchors():
-    from ai4ai.proxy import proxy_rank
-    assert proxy_rank(0.3, 0.9, "max") == 0.3                 # a score, when there is one
-    assert proxy_rank(None, None, "max") is None              # a call that produced nothing
-    assert proxy_rank(None, 0.81, "max") == 0.81              # reward_model: accuracy, higher is better
-    assert proxy_rank(None, 3.2, "min") == -3.2               # a loss-like metric: lower is better
+    from ai4ai.trajectory import rank
+    assert rank(0.3, 0.9, "max") == 0.3                 # a score, when there is one
+    assert rank(None, None, "max") is None              # a call that produced nothing
+    assert rank(None, 0.81, "max") == 0.81              # reward_model: accuracy, higher is better
+    assert rank(None, 3.2, "min") == -3.2               # optimizer: perplexity, lower is better
+    assert rank(None, 3.2, None) is None                # no direction, no ranking of raw metrics
 
-    class Server:                                             # a run graded on a fresh instance
+    class Server:                                       # a run graded on a fresh instance
         marked = None
-        snapshots = [(proxy_rank(None, x, "min"), _sub(t)) for x, t in ((3.0, "a"), (2.5, "b"), (None, "c"))]
+        snapshots = [(rank(None, x, "min"), _sub(t)) for x, t in ((3.0, "a"), (2.5, "b"), (None, "c"))]
     assert choose_submission("best_proxy", _sub("final"), Server())[0].patch == "b"
 
 
@@ -86,6 +87,23 @@ def test_trajectory_summary(tmp_path):
     t = trajectory_summary(p)
     assert t["proxy_calls"] == 4 and t["first_valid_proxy"]["call"] == 2
     assert t["best_proxy"]["call"] == 3 and t["final_proxy"]["call"] == 4 and t["regressed_after_best"] is True
+
+
+def test_trajectory_summary_of_a_task_graded_on_a_fresh_instance(tmp_path):
+    """No validation anchors (optimizer, reward_model): the calls carry a raw metric and no score, and
+    the summary ranks them by it in the task's direction instead of reporting no valid call."""
+    p = tmp_path / "trajectory.jsonl"
+    rows = [{"event": "proxy", "call": 1, "proxy_metric": None, "proxy_score": None, "status": "invalid"},
+            {"event": "proxy", "call": 2, "proxy_metric": 9.4, "proxy_score": None},
+            {"event": "proxy", "call": 3, "proxy_metric": 9.1, "proxy_score": None},
+            {"event": "proxy", "call": 4, "proxy_metric": 9.2, "proxy_score": None}]
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    t = trajectory_summary(p, "min")                    # perplexity: lower is better
+    assert t["first_valid_proxy"]["call"] == 2 and t["best_proxy"]["call"] == 3
+    assert t["final_proxy"]["call"] == 4 and t["regressed_after_best"] is True
+    t = trajectory_summary(p, "max")                    # the same numbers as accuracies
+    assert t["best_proxy"]["call"] == 2 and t["regressed_after_best"] is True
+    assert trajectory_summary(p)["best_proxy"] is None  # no direction: nothing to rank by
 
 
 PROBE = """
@@ -175,6 +193,17 @@ def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(t
     for p in (tmp_path / "run").rglob("*"):
         if p.is_file():
             assert KEY.encode() not in p.read_bytes(), p
+
+
+def test_the_agent_is_told_where_its_proxy_has_no_scale():
+    """A task graded on a fresh instance (data.grading) answers proxy calls with a raw metric only; its
+    instructions say so and why, and a task with validation anchors' do not."""
+    from ai4ai.instructions import render
+    from ai4ai.task import load_task
+    for name, fresh in (("optimizer", True), ("reward_model", True), ("pruning", False)):
+        text = render(load_task(name), "ci", 120, started=1_800_000_000)
+        assert ("graded on a fresh instance of its source" in text) is fresh, name
+        assert ("raw validation metric only" in text) is fresh, name
 
 
 def test_the_agent_knows_its_time(tmp_path, monkeypatch):
