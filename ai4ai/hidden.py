@@ -13,13 +13,18 @@ A hidden grader package provides:
                                                 instance of the task's source, served to graded runs only
     evaluate_with_noise(model, split, cfg)      optional: (raw, standard error of the paired
                                                 excess over the best predictor), for noise checks
+
+`write_splits` is the helper a grader's materialize or grading_data may write its files with.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+
+import numpy as np
 
 REQUIRED = ("SPLITS", "split", "evaluate", "uninformative")
 
@@ -39,3 +44,16 @@ def load_grader(task_name: str, grader_dir: Path) -> ModuleType:
     if missing:
         raise AttributeError(f"hidden grader {grader_dir} lacks {missing}")
     return mod
+
+
+def write_splits(dest: Path, files: dict) -> dict:
+    """For a grader's materialize or grading_data: write each {name: uint8 array} into dest as its raw
+    bytes; return {name: sha256}."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    sums = {}
+    for name, arr in files.items():
+        raw = np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
+        (dest / name).write_bytes(raw)
+        sums[name] = hashlib.sha256(raw).hexdigest()
+    return sums

@@ -14,13 +14,14 @@ optimum of a text is its own source's.
 from __future__ import annotations
 
 import os
-import hashlib
 import math
 from pathlib import Path
 
 import numpy as np
 import torch
 import yaml
+
+from ai4ai.hidden import write_splits
 
 from . import source
 
@@ -94,24 +95,12 @@ def materialize(scale: str, dest: Path) -> dict:
     """Write the training split of `scale` (and the validation split) of the visible source into
     dest; return sha256s."""
     s, hmm = _secrets(), _source()
-    return _write(dest, {f"train_{scale}.u8": source.sample(hmm, TRAIN_SEQUENCES[scale], s[f"train_{scale}"]),
+    return write_splits(dest, {f"train_{scale}.u8": source.sample(hmm, TRAIN_SEQUENCES[scale], s[f"train_{scale}"]),
                          "val.u8": source.sample(hmm, VALIDATION_SEQUENCES, s["validation"])})
 
 
 def grading_data(scale: str, dest: Path) -> dict:
     """The training split a graded run is served at `scale`: as many sequences as the committed one
     (materialize), from the same seed, of the graded instance; return sha256s."""
-    return _write(dest, {f"train_{scale}.u8": source.sample(_source("graded"), TRAIN_SEQUENCES[scale],
-                                                            _secrets()[f"train_{scale}"])})
-
-
-def _write(dest: Path, files: dict) -> dict:
-    """Write each {name: uint8 array} into dest; return their sha256s."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    sums = {}
-    for name, arr in files.items():
-        raw = arr.tobytes()
-        (dest / name).write_bytes(raw)
-        sums[name] = hashlib.sha256(raw).hexdigest()
-    return sums
+    return write_splits(dest, {f"train_{scale}.u8": source.sample(_source("graded"), TRAIN_SEQUENCES[scale],
+                                                                 _secrets()[f"train_{scale}"])})

@@ -11,13 +11,14 @@ selection and test splits follow that instance too.
 from __future__ import annotations
 
 import os
-import hashlib
 import math
 from pathlib import Path
 
 import numpy as np
 import torch
 import yaml
+
+from ai4ai.hidden import write_splits
 
 from . import rule
 
@@ -128,22 +129,10 @@ def best_attainable(split: dict, cfg=None) -> float:
     return 1.0
 
 
-def _write(dest: Path, files: dict) -> dict:
-    """Write each {name: uint8 array} into dest; return their sha256s."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    sums = {}
-    for name, arr in files.items():
-        raw = np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
-        (dest / name).write_bytes(raw)
-        sums[name] = hashlib.sha256(raw).hexdigest()
-    return sums
-
-
 def materialize(scale: str, dest: Path) -> dict:
     """Write the training split of `scale`, the validation split and the unlabelled sequences; return sha256s."""
     s = _secrets()
-    return _write(dest, {f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], s[f"train_{scale}"], raters=True),
+    return write_splits(dest, {f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], s[f"train_{scale}"], raters=True),
                          "val.u8": validation_rows(),
                          "unlabelled.u8": rule.unlabelled(UNLABELLED, s["unlabelled"])})
 
@@ -151,5 +140,5 @@ def materialize(scale: str, dest: Path) -> dict:
 def grading_data(scale: str, dest: Path) -> dict:
     """The training pairs a graded run is served at `scale`: the same recipe as the committed ones
     (materialize), labelled by the graded instance of the rule and its raters; return sha256s."""
-    return _write(dest, {f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], _secrets()[f"train_{scale}"],
-                                                         raters=True, rule=graded_rule())})
+    return write_splits(dest, {f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], _secrets()[f"train_{scale}"],
+                                                              raters=True, rule=graded_rule())})
