@@ -1,3 +1,3 @@
 """Hidden grader of the `graph_diffusion` task (loaded by path as a package; never mounted in a sandbox)."""
 from .grader import (SPLITS, best_attainable, evaluate, evaluate_with_noise,  # noqa: F401
-                     materialize, split, uninformative)
+                     grading_data, materialize, split, uninformative)

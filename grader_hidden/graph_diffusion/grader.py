@@ -9,17 +9,25 @@ secret seed. A declaration outside the family makes the checkpoint invalid (the 
 that realises it is the exact reverse of the uniform-noise process for uniform data (its
 p(x_0 | x_t) is the posterior of x_0 under a uniform prior), whose bound equals that closed form.
 1.0 anchor: the source's exact negative log-likelihood of the same graphs (Bayes optimum).
+
+Graded on a fresh instance of the source family (generator.drawn): the agent's graphs (the
+committed training split and the validation split) come from generator.VISIBLE; a graded training
+run is served graphs of the instance drawn from the secret `instance` seed (grading_data, held by
+the meter), and the hidden selection and test splits are its graphs too. A split carries its
+`instance`, so that the Bayes optimum of its graphs is their own source's.
 """
 from __future__ import annotations
 
+import functools
 import os
-import hashlib
 import math
 from pathlib import Path
 
 import numpy as np
 import torch
 import yaml
+
+from ai4ai.hidden import write_splits
 
 from . import generator
 
@@ -41,10 +49,23 @@ def _process_module():
     return process
 
 
+@functools.lru_cache(maxsize=None)
+def _graded() -> generator.Source:
+    return generator.drawn(int(_secrets()["instance"]))
+
+
+def _source(instance: str = "visible") -> generator.Source:
+    """The visible source (the graphs the agent is given) or the graded instance of its family."""
+    return generator.VISIBLE if instance == "visible" else _graded()
+
+
 def split(name: str, cfg=None) -> dict:
+    """{"graphs": [N, N_NODES + N_PAIRS] int64, "noise_seed", "instance"}: the selection and test
+    splits are graphs of the graded instance; the validation split (data/val.u8) is the visible one's."""
     s = _secrets()
-    return {"graphs": torch.from_numpy(generator.sample(SPLITS[name], s[name]).astype(np.int64)),
-            "noise_seed": int(s[f"noise_{name}"]) % (1 << 62)}
+    instance = "visible" if name == "validation" else "graded"
+    return {"graphs": torch.from_numpy(generator.sample(SPLITS[name], s[name], _source(instance)).astype(np.int64)),
+            "noise_seed": int(s[f"noise_{name}"]) % (1 << 62), "instance": instance}
 
 
 def _bound(model: torch.nn.Module, split: dict, cfg) -> np.ndarray:
@@ -64,7 +85,7 @@ def evaluate(model: torch.nn.Module, split: dict, cfg=None) -> float:
 
 def evaluate_with_noise(model: torch.nn.Module, split: dict, cfg=None) -> tuple[float, float]:
     b = _bound(model, split, cfg)
-    excess = b + generator.log_prob(split["graphs"].numpy())
+    excess = b + generator.log_prob(split["graphs"].numpy(), _source(split["instance"]))
     return float(b.mean()), float(excess.std(ddof=1) / math.sqrt(len(excess)))
 
 
@@ -93,19 +114,21 @@ def uninformative(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def best_attainable(split: dict, cfg=None) -> float:
-    return float(-generator.log_prob(split["graphs"].numpy()).mean())
+    """The exact negative log-likelihood of the split's graphs under their own source."""
+    return float(-generator.log_prob(split["graphs"].numpy(), _source(split["instance"])).mean())
 
 
 def materialize(scale: str, dest: Path) -> dict:
-    """Write the training split of `scale` and the validation split into dest; return sha256s."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
+    """Write the training split of `scale` and the validation split of the visible source into dest;
+    return sha256s."""
     s = _secrets()
-    files = {f"train_{scale}.u8": generator.sample(TRAIN_GRAPHS[scale], s[f"train_{scale}"]),
-             "val.u8": generator.sample(SPLITS["validation"], s["validation"])}
-    sums = {}
-    for name, arr in files.items():
-        raw = arr.tobytes()
-        (dest / name).write_bytes(raw)
-        sums[name] = hashlib.sha256(raw).hexdigest()
-    return sums
+    return write_splits(dest, {f"train_{scale}.u8": generator.sample(TRAIN_GRAPHS[scale], s[f"train_{scale}"]),
+                         "val.u8": generator.sample(SPLITS["validation"], s["validation"])})
+
+
+def grading_data(scale: str, dest: Path) -> dict:
+    """The training split a graded run is served at `scale` (ci reads smoke's): as many graphs as the
+    committed one, from the same seed, of the graded instance; return sha256s."""
+    name = "smoke" if scale == "ci" else scale
+    return write_splits(dest, {f"train_{name}.u8": generator.sample(TRAIN_GRAPHS[name], _secrets()[f"train_{name}"],
+                                                                   _graded())})

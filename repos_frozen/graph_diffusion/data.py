@@ -19,29 +19,29 @@ WIDTH = N_NODES + N_PAIRS
 
 
 def data_dir() -> Path:
-    # The grader may point at a cache holding large (full-scale) splits.
+    # The grader may point at a folder of its own: the large (full-scale) splits, or the training
+    # split of the source instance a graded run is served.
     return Path(os.environ.get("GRAPH_DIFFUSION_DATA_DIR", REPO / "data"))
 
 
-def _checksums() -> dict:
-    sums = {}
-    for listing in dict.fromkeys([REPO / "data" / "SHA256SUMS", data_dir() / "SHA256SUMS"]):
-        if listing.exists():
-            for line in listing.read_text().splitlines():
-                digest, name = line.split()
-                sums.setdefault(name, digest)      # the repo's own listing wins
-    return sums
+def _listing(folder: Path) -> dict:
+    """sha256 of each file named in folder/SHA256SUMS."""
+    listing = folder / "SHA256SUMS"
+    if not listing.exists():
+        return {}
+    return {name: digest for digest, name in (line.split() for line in listing.read_text().splitlines())}
 
 
 def load_graphs(name: str) -> torch.Tensor:
-    """The split `data/<name>.u8` as int64 [N, N_NODES + N_PAIRS], after checking its sha256."""
+    """The split `<name>.u8` as int64 [N, N_NODES + N_PAIRS], after checking its sha256 against the
+    SHA256SUMS beside it."""
     path = data_dir() / f"{name}.u8"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing (the grader's training run has no validation data)")
     raw = path.read_bytes()
-    expected = _checksums().get(path.name)
+    expected = _listing(path.parent).get(path.name)
     if expected is None or hashlib.sha256(raw).hexdigest() != expected:
-        raise RuntimeError(f"{path}: checksum does not match data/SHA256SUMS")
+        raise RuntimeError(f"{path}: checksum does not match the SHA256SUMS beside it")
     return torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).reshape(-1, WIDTH).astype(np.int64))
 
 
