@@ -44,10 +44,13 @@ def test_bad_task_configs_are_rejected_with_a_reason(mutate, msg):
 
 def test_a_fresh_graded_instance_is_declared_by_data_grading():
     d = copy.deepcopy(RAW)
+    d["data"].pop("grading")
     assert parse_task(d, "test").grading_data is None
     d["data"]["grading"] = "grading_data"
     assert parse_task(d, "test").grading_data == "grading_data"
-    assert load_task("reward_model").grading_data == "grading_data"
+    for name in ("reward_model", "optimizer", "graph_diffusion"):
+        assert load_task(name).grading_data == "grading_data"
+    assert load_task("pruning").grading_data is None
 
 
 def test_unknown_task_names_the_known_ones():
