@@ -123,7 +123,7 @@ def materialize(scale: str, dest: Path) -> dict:
     return sha256s."""
     s = _secrets()
     return write_splits(dest, {f"train_{scale}.u8": generator.sample(TRAIN_GRAPHS[scale], s[f"train_{scale}"]),
-                         "val.u8": generator.sample(SPLITS["validation"], s["validation"])})
+                              "val.u8": generator.sample(SPLITS["validation"], s["validation"])})
 
 
 def grading_data(scale: str, dest: Path) -> dict:

@@ -96,7 +96,7 @@ def materialize(scale: str, dest: Path) -> dict:
     dest; return sha256s."""
     s, hmm = _secrets(), _source()
     return write_splits(dest, {f"train_{scale}.u8": source.sample(hmm, TRAIN_SEQUENCES[scale], s[f"train_{scale}"]),
-                         "val.u8": source.sample(hmm, VALIDATION_SEQUENCES, s["validation"])})
+                              "val.u8": source.sample(hmm, VALIDATION_SEQUENCES, s["validation"])})
 
 
 def grading_data(scale: str, dest: Path) -> dict:

@@ -133,8 +133,8 @@ def materialize(scale: str, dest: Path) -> dict:
     """Write the training split of `scale`, the validation split and the unlabelled sequences; return sha256s."""
     s = _secrets()
     return write_splits(dest, {f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], s[f"train_{scale}"], raters=True),
-                         "val.u8": validation_rows(),
-                         "unlabelled.u8": rule.unlabelled(UNLABELLED, s["unlabelled"])})
+                              "val.u8": validation_rows(),
+                              "unlabelled.u8": rule.unlabelled(UNLABELLED, s["unlabelled"])})
 
 
 def grading_data(scale: str, dest: Path) -> dict:
