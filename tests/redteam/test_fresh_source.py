@@ -2,7 +2,7 @@
 
 optimizer's text comes from a sparse HMM (48 joint states, 3 successors and 3 symbols each): a few
 hundred numbers, which an agent could estimate from the 16,384 sequences it is given and write into
-train.py. The probe below carries the visible source itself (its exact parameters, quantised to 676
+train.py. The probe below carries the visible source itself (its exact parameters, quantised to 675
 levels and spelt in letters: 864 characters in 8 string literals, which pass the information check),
 and trains on text it makes from it, with the source's exact next-symbol law as a soft target, for
 1.25 x the shipped number of steps; no budgeted sequence is drawn. Graded on the source it was taken
