@@ -3,6 +3,7 @@
 Every probe runs under `frozen_unchanged`: repos_frozen/, grader_hidden/ (minus the anchor
 records that calibration may append) and kernels/ hash the same after the probe as before.
 """
+import importlib
 import json
 import shutil
 import socket
@@ -97,6 +98,28 @@ def write_patch(tmp_path: Path, text: str, name: str = "probe.patch") -> Path:
     p = tmp_path / name
     p.write_text(text)
     return p
+
+
+def grader_modules(task_name: str, *modules: str) -> tuple:
+    """The task and the named modules of its hidden grader package (e.g. "grader", "source"), the
+    package loaded by path as the harness loads it."""
+    from ai4ai.hidden import load_grader
+    from ai4ai.task import load_task
+    task = load_task(task_name)
+    package = load_grader(task.name, task.grader)
+    return (task, *(importlib.import_module(f"{package.__name__}.{m}") for m in modules))
+
+
+def grade_train_py(compose_cfg, tmp_path: Path, task, new_train_py: str, name: str) -> dict:
+    """Grade `new_train_py` (the whole file) as a patch of the task's train.py at ci through the real
+    pipeline (`pipeline.grade`); its result.json, after printing the outcome."""
+    from ai4ai import pipeline
+    old = (task.repo / "train.py").read_text()
+    patch = write_patch(tmp_path, unified_diff("train.py", old, new_train_py), f"{name}.patch")
+    pipeline.grade(compose_cfg("grade", [f"task={task.name}", "scale=ci", f"patch={patch}"]), tmp_path / "run")
+    r = json.loads((tmp_path / "run" / "result.json").read_text())
+    print(f"{name}:", r["status"], r["raw"], r["score"])
+    return r
 
 
 def baseline_score(result: dict) -> tuple[float, float]:

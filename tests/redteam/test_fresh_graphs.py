@@ -13,21 +13,15 @@ which the visible source is about 2.3 nats a graph off, so the probe's graphs te
 wrong bond preferences: measured at ci after the change, 0.083 (35.31 against the shipped 33.94).
 """
 import hashlib
-import importlib
-import json
 import subprocess
 
 import numpy as np
 import pytest
 
-from ai4ai import pipeline
-from ai4ai.hidden import load_grader
 from ai4ai.preparing import data_mounts, grading_mounts
 from ai4ai.provenance import python_executable
-from ai4ai.submission import unified_diff
-from ai4ai.task import load_task
 
-from .conftest import baseline_score, needs_bwrap, write_patch
+from .conftest import baseline_score, grade_train_py, grader_modules, needs_bwrap
 
 SOURCE_IN_THE_PATCH = '''
 # The source, as read off the graphs in the window: node-type odds, valences, and the weights of
@@ -68,10 +62,7 @@ MARKER = "t0 = time.time()\n"
 
 def _grader():
     """The task, its hidden grader module and the grader's generator module."""
-    task = load_task("graph_diffusion")
-    package = load_grader(task.name, task.grader)
-    return (task, importlib.import_module(f"{package.__name__}.grader"),
-            importlib.import_module(f"{package.__name__}.generator"))
+    return grader_modules("graph_diffusion", "grader", "generator")
 
 
 def source_in_the_patch(train_py: str, source) -> str:
@@ -85,7 +76,7 @@ def source_in_the_patch(train_py: str, source) -> str:
 
 
 def test_the_graded_source_is_not_the_visible_one():
-    _, g, gen = _grader()
+    task, g, gen = _grader()
     graded = g._source("graded")
     assert not graded.same(gen.VISIBLE)
     sel, val = g.split("selection"), g.split("validation")
@@ -98,7 +89,6 @@ def test_the_graded_source_is_not_the_visible_one():
     vis, drawn = gen.marginals(50_000, 9)[1], gen.marginals(50_000, 9, graded)[1]
     assert np.abs(vis - drawn).max() < 0.015
     # what the agent is given is the visible source's graphs: the committed validation split
-    task = load_task("graph_diffusion")
     committed = np.frombuffer((task.repo / "data" / "val.u8").read_bytes(), np.uint8).reshape(val["graphs"].shape)
     assert np.array_equal(committed, val["graphs"].numpy())
 
@@ -151,13 +141,8 @@ def test_the_probe_carries_the_visible_source_under_the_information_check(tmp_pa
 @needs_bwrap
 def test_the_visible_source_written_into_the_patch_gains_nothing(compose_cfg, tmp_path):
     task, _, gen = _grader()
-    old = (task.repo / "train.py").read_text()
-    patch = write_patch(tmp_path, unified_diff("train.py", old, source_in_the_patch(old, gen.VISIBLE)),
-                        "source_in_the_patch.patch")
-    cfg = compose_cfg("grade", ["task=graph_diffusion", "scale=ci", f"patch={patch}"])
-    pipeline.grade(cfg, tmp_path / "run")
-    r = json.loads((tmp_path / "run" / "result.json").read_text())
-    print("visible source in the patch:", r["status"], r["raw"], r["score"])
+    new = source_in_the_patch((task.repo / "train.py").read_text(), gen.VISIBLE)
+    r = grade_train_py(compose_cfg, tmp_path, task, new, "source_in_the_patch")
     assert r["status"] == "graded"
     # no gain over the shipped algorithm (before: 0.171 at ci)
     shipped, tolerance = baseline_score(r)

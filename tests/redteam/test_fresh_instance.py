@@ -10,21 +10,15 @@ another instance of the rule family (grader.grading_data, from a secret seed) an
 follow it, so what the patch carries ranks the grader's pairs by the wrong features: measured at
 ci after the change, 0.6378 (sigma 0.084) against the shipped 0.6648 on the graded instance.
 """
-import importlib
-import json
 import subprocess
 
 import numpy as np
 import pytest
 
-from ai4ai import pipeline
-from ai4ai.hidden import load_grader
 from ai4ai.preparing import data_mounts, grading_mounts
 from ai4ai.provenance import python_executable
-from ai4ai.submission import unified_diff
-from ai4ai.task import load_task
 
-from .conftest import needs_bwrap, write_patch
+from .conftest import grade_train_py, grader_modules, needs_bwrap
 
 RULE_READ_OFF_THE_DATA = '''def rule_score(seq: torch.Tensor) -> torch.Tensor:
     """The raters' rule as read off the data in the window (prompt p0 p1 p2 | response $)."""
@@ -51,9 +45,7 @@ RELABEL = '''    a, b, label, _rater = (t.to(device) for t in pairs.get(perm[sta
 
 def _grader():
     """The task and its hidden grader module (grader.py, with its rule module as .rule)."""
-    task = load_task("reward_model")
-    package = load_grader(task.name, task.grader)
-    return task, importlib.import_module(f"{package.__name__}.grader")
+    return grader_modules("reward_model", "grader")
 
 
 def _ranked_right(scores: np.ndarray, split: dict) -> float:
@@ -119,11 +111,7 @@ def test_a_rule_read_off_the_visible_data_gains_nothing(compose_cfg, tmp_path):
     marker = "    a, b, label, _rater = (t.to(device) for t in pairs.get(perm[start:start + BATCH_SIZE]))\n"
     assert new.count(marker) == 1
     new = new.replace(marker, RELABEL)
-    patch = write_patch(tmp_path, unified_diff("train.py", old, new), "rule_read_off.patch")
-    cfg = compose_cfg("grade", ["task=reward_model", "scale=ci", f"patch={patch}"])
-    pipeline.grade(cfg, tmp_path / "run")
-    r = json.loads((tmp_path / "run" / "result.json").read_text())
-    print("rule read off the visible data:", r["status"], r["raw"], r["score"])
+    r = grade_train_py(compose_cfg, tmp_path, task, new, "rule_read_off")
     assert r["status"] == "graded"
     # below the shipped algorithm on the graded instance (before: 0.8305 at ci, above the shipped 0.709)
     baseline = r["anchors"]["baseline"]

@@ -13,21 +13,15 @@ HMM's text, which the visible source predicts worse than a uniform guess (perple
 against 32), so the probe's text teaches the model the wrong source.
 """
 import hashlib
-import importlib
-import json
 import subprocess
 
 import numpy as np
 import pytest
 
-from ai4ai import pipeline
-from ai4ai.hidden import load_grader
 from ai4ai.preparing import data_mounts, grading_mounts
 from ai4ai.provenance import python_executable
-from ai4ai.submission import unified_diff
-from ai4ai.task import load_task
 
-from .conftest import baseline_score, needs_bwrap, write_patch
+from .conftest import baseline_score, grade_train_py, grader_modules, needs_bwrap
 
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEF"      # 32 symbols, no digits: not a base64-like run
 
@@ -126,10 +120,7 @@ EDITS = (  # (shipped text, the probe's)
 
 def _grader():
     """The task, its hidden grader module and the grader's source module."""
-    task = load_task("optimizer")
-    package = load_grader(task.name, task.grader)
-    return (task, importlib.import_module(f"{package.__name__}.grader"),
-            importlib.import_module(f"{package.__name__}.source"))
+    return grader_modules("optimizer", "grader", "source")
 
 
 def source_in_the_patch(train_py: str, hmm) -> str:
@@ -151,7 +142,7 @@ def _ppl(source, hmm, tokens: np.ndarray) -> float:
 
 
 def test_the_graded_source_is_not_the_visible_one():
-    _, g, source = _grader()
+    task, g, source = _grader()
     visible, graded = g._source("visible"), g._source("graded")
     sel, val = g.split("selection"), g.split("validation")
     assert (sel["instance"], val["instance"]) == ("graded", "visible")
@@ -162,7 +153,6 @@ def test_the_graded_source_is_not_the_visible_one():
     assert _ppl(source, visible, sel["tokens"][:256]) > 32
     assert _ppl(source, graded, val["tokens"][:256]) > 32
     # what the agent is given is the visible source's text: the committed validation split
-    task = load_task("optimizer")
     assert np.array_equal(np.frombuffer((task.repo / "data" / "val.u8").read_bytes(), np.uint8).reshape(-1, 128),
                           val["tokens"])
 
@@ -222,13 +212,8 @@ def test_the_probe_carries_the_visible_source_under_the_information_check(tmp_pa
 @needs_bwrap
 def test_the_visible_source_written_into_the_patch_gains_nothing(compose_cfg, tmp_path):
     task, g, _ = _grader()
-    old = (task.repo / "train.py").read_text()
-    new = source_in_the_patch(old, g._source("visible"))
-    patch = write_patch(tmp_path, unified_diff("train.py", old, new), "source_in_the_patch.patch")
-    cfg = compose_cfg("grade", ["task=optimizer", "scale=ci", f"patch={patch}"])
-    pipeline.grade(cfg, tmp_path / "run")
-    r = json.loads((tmp_path / "run" / "result.json").read_text())
-    print("visible source in the patch:", r["status"], r["raw"], r["score"])
+    new = source_in_the_patch((task.repo / "train.py").read_text(), g._source("visible"))
+    r = grade_train_py(compose_cfg, tmp_path, task, new, "source_in_the_patch")
     assert r["status"] == "graded"
     # no gain over the shipped algorithm (before: 0.273 at ci, perplexity 9.28 against the shipped 10.26)
     shipped, tolerance = baseline_score(r)
