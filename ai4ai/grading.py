@@ -14,7 +14,7 @@ from .context import RunContext
 from .evaluation import CKPT_RE, EvalSpec, WorkerError, run_worker
 from .meter import read_report
 from .submission import Submission
-from .preparing import grading_mounts
+from .preparing import graded_artifacts, grading_mounts
 from .training import (EnvironmentFault, build_once, build_training_copy, device_lock, run_training, stage_dir,
                        training_seed)
 from .workspace import pristine_copy
@@ -107,9 +107,13 @@ def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Pat
     # mid-copy leaves nothing that a resumed grading would take for a finished copy.
     if pristine is None:
         pristine = build_once(workdir / ".pristine", lambda d: pristine_copy(task, d))
-    train_repo = build_once(stage_dir(ctx, f"repo {workdir} {sub.sha256}") / "repo",
-                             lambda d: build_training_copy(task, sub, d))
     mounts, env = grading_mounts(task, ctx.scale)      # a fresh instance where the task has one
+    graded = None
+    if task.grading_artifacts:                         # its prepared models, made once (on the device at full)
+        with device_lock(ctx.device, ctx.threads):
+            graded = graded_artifacts(task, ctx.scale, ctx.device)
+    train_repo = build_once(stage_dir(ctx, f"repo {workdir} {sub.sha256} {graded}") / "repo",
+                             lambda d: build_training_copy(task, sub, d, graded))
     results = []
     caps = (f"CPU cap {ctx.cpu_cap_s:.0f} CPU-s, liveness net {ctx.cap_s:.0f} s" if ctx.cpu_cap_s is not None
             else f"cap {ctx.cap_s:.0f}s")

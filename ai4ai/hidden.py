@@ -10,7 +10,9 @@ A hidden grader package provides:
     best_attainable(split, cfg) -> float        when the task's metric.best is a name
     materialize(scale, dest) -> {file: sha256}  optional: writes the `full` splits (too large to commit)
     grading_data(scale, dest) -> {file: sha256} optional (data.grading): the training split of a fresh
-                                                instance of the task's source, served to graded runs only
+                                                instance of the task's source, served to graded runs only,
+                                                and the files the repo's prepare step reads where its
+                                                prepared models depend on the instance (data.grading_artifacts)
     evaluate_with_noise(model, split, cfg)      optional: (raw, standard error of the paired
                                                 excess over the best predictor), for noise checks
 

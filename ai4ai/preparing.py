@@ -223,6 +223,62 @@ def grading_mounts(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> tup
     return [Mount(DATA, dest, False)], {task.data_env: DATA}
 
 
+def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Path = CACHE_ROOT) -> Path | None:
+    """The prepared models of the graded instance (data.grading_artifacts), or None where the task has
+    none: the repo's own prepare step (data.artifacts.command), run once in a scratch copy of the
+    pristine repo whose data files are replaced by the graded instance's files of the same names
+    (grading_data's, their data/SHA256SUMS lines too), and the files it made kept in the cache under
+    their repo-relative paths. A graded run's training copy holds them in place of the visible
+    instance's (training.build_training_copy); the agent's own runs keep the committed ones."""
+    if not task.grading_artifacts or task.model_path:    # your own model is the base: no instance in it
+        return None
+    mounts, _ = grading_mounts(task, scale, cache_root)
+    graded = mounts[0].host
+    key = f"{cache_key(task)}-{tree_sha256(task.repo, UNVERSIONED)[:16]}"
+    wanted = [w.format(scale=scale) for w in task.grading_artifacts]
+
+    def make(out: Path) -> dict:
+        import tempfile
+        from .workspace import copy_repo, make_writable
+        scratch = Path(tempfile.mkdtemp(prefix=f"{task.name}-graded-", dir=out.parent))
+        try:
+            repo = copy_repo(task, scratch / "repo")
+            make_writable(repo)
+            data = repo / Path(task.data_checksums).parent
+            listing = read_sums(data)
+            for name, digest in read_sums(graded).items():
+                if (data / name).exists():
+                    shutil.copyfile(graded / name, data / name)
+                    listing[name] = digest
+            (data / "SHA256SUMS").write_text("".join(f"{d}  {n}\n" for n, d in sorted(listing.items())))
+            argv = artifact_command(task, scale, device, graded)
+            env = {k: v for k, v in os.environ.items() if k != task.data_env}
+            log = Path(cache_root) / "prepare" / f"{task.name}_{scale}_graded.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "w") as f:
+                rc = subprocess.run(argv, cwd=repo, env=dict(env, PYTHONDONTWRITEBYTECODE="1"), stdout=f,
+                                    stderr=subprocess.STDOUT).returncode
+            if rc != 0:
+                tail = log.read_text().strip().splitlines()[-5:]
+                raise RuntimeError(f"{task.name}: the repo's prepare step on the graded instance exited with {rc} "
+                                   f"(log {log}):\n  " + "\n  ".join(tail))
+            sums = {}
+            for rel in wanted:
+                if not (repo / rel).is_file():
+                    raise RuntimeError(f"{task.name}: data.grading_artifacts lists {rel}, which `{task.artifacts.command}` "
+                                       "did not write")
+                (out / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(repo / rel, out / rel)
+                sums[rel] = sha256_file(out / rel)
+            return sums
+        finally:
+            make_writable(scratch)
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    return _build_cached(Path(cache_root) / "artifacts" / task.name / f"{scale}-graded" / key,
+                         f"{task.name} {scale} graded instance's prepared models", make)
+
+
 def artifact_state(task: Task, scale: str) -> dict[str, str]:
     """Each file the repo's prepare step writes at `scale`: ok | missing | checksum mismatch | unlisted."""
     if not needs_artifacts(task, scale):

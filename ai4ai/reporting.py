@@ -184,6 +184,9 @@ class Section:
     classes: list = field(default_factory=list)
     trajectories: list = field(default_factory=list)
     curves: dict = field(default_factory=dict)      # run label -> [(minutes, proxy)], hidden score
+    # runs whose proxy calls carry no score (a task graded on a fresh instance): task -> (metric name,
+    # direction, {run label: [(minutes, raw validation metric)]})
+    raw_curves: dict = field(default_factory=dict)
     task_names: list = field(default_factory=list)
     errors: int = 0
 
@@ -277,9 +280,10 @@ def trajectory_table(runs: list[Run]) -> list[dict]:
     return rows
 
 
-def read_curve(run_dir: Path) -> list[tuple[float, float]]:
-    """(minutes into the agent window, proxy score) of a run's scored proxy calls; [] without any."""
-    return trajectory.curve(RunDir(Path(run_dir)).trajectory)
+def read_curve(run_dir: Path, raw: bool = False) -> list[tuple[float, float]]:
+    """(minutes into the agent window, proxy score) of a run's scored proxy calls; [] without any.
+    `raw`: the raw validation metric of each call instead."""
+    return trajectory.curve(RunDir(Path(run_dir)).trajectory, raw)
 
 
 def build_sections(runs: list[Run], labels: dict, mix: bool = False) -> list[Section]:
@@ -297,9 +301,13 @@ def build_sections(runs: list[Run], labels: dict, mix: bool = False) -> list[Sec
         sec.classes = class_table(sec.submissions)
         sec.trajectories = trajectory_table(rs)
         for r in rs:
+            label = f"{r.agent[0]} {r.result['task']} s{r.result.get('seed')}"
             curve = read_curve(r.run_dir)
             if curve:
-                sec.curves[f"{r.agent[0]} {r.result['task']} s{r.result.get('seed')}"] = (curve, r.result.get("score"))
+                sec.curves[label] = (curve, r.result.get("score"))
+            elif raw := read_curve(r.run_dir, raw=True):
+                m = r.result.get("raw") or {}
+                sec.raw_curves.setdefault(r.result["task"], (m.get("metric"), m.get("direction"), {}))[2][label] = raw
         sections.append(sec)
     return sections
 
@@ -457,6 +465,19 @@ def plots(sec: Section) -> list[tuple[str, str]]:
         ax.set_ylabel("proxy σ (star: hidden σ)")
         ax.legend(fontsize=7)
         out.append(("Proxy trajectories over the agent window", _png(fig)))
+    for task, (metric, direction, runs) in sorted(sec.raw_curves.items()):
+        # graded on a fresh instance: the proxy validates on the visible one, so its raw metric has no
+        # place on the 0 / 0.1 / 1.0 scale and the hidden score is not drawn beside it
+        fig, ax = plt.subplots(figsize=(6, 3.4))
+        for name, curve in sorted(runs.items()):
+            xs, ys = zip(*curve)
+            ax.plot(xs, ys, marker=".", label=name)
+        ax.set_xlabel("minutes into the agent window")
+        better = {"max": "higher", "min": "lower"}.get(direction)
+        ax.set_ylabel(f"proxy validation {metric or 'metric'}" + (f" ({better} is better)" if better else ""))
+        ax.legend(fontsize=7)
+        out.append((f"Proxy trajectories of {task} (graded on a fresh instance: the raw validation metric "
+                    "on the visible instance, no σ)", _png(fig)))
     return out
 
 

@@ -4,6 +4,8 @@ Tasks are discovered by file; there is no central list. Unknown keys are errors.
 """
 from __future__ import annotations
 
+import fnmatch
+
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -136,6 +138,11 @@ class Task:
     # fresh instance of the task's source (the agent's own runs keep the committed, visible one);
     # None: graded runs are served what the agent's are
     grading_data: str | None = None
+    # data.grading_artifacts: files the repo's own prepare step (data.artifacts.command) makes ({scale}
+    # filled in) that depend on the instance, e.g. a base model pretrained on its corpus. The harness
+    # runs that step on the graded instance's files (preparing.graded_artifacts) and a graded run's
+    # training copy holds what it made in their place; () where the prepared models do not depend on it
+    grading_artifacts: tuple[str, ...] = ()
     # A Hugging Face causal LM folder that replaces the repo's prepared model (task.model_path=...;
     # ai4ai/models.py). None: the repo's own model, exactly as without the option.
     model_path: str | None = None
@@ -213,7 +220,8 @@ def parse_task(raw: Any, where: str) -> Task:
         raise TaskError(f"{where}: metric.transform must be identity or neg_log, got {metric['transform']!r}")
     if metric["transform"] == "neg_log" and metric["direction"] != "min":
         raise TaskError(f"{where}: transform neg_log is for a positive metric where lower is better (direction: min)")
-    data = _take(d.get("data") or {}, f"{where}: data", set(), {"checksums", "validation", "prepare", "env", "writes", "artifacts", "grading"})
+    data = _take(d.get("data") or {}, f"{where}: data", set(), {"checksums", "validation", "prepare", "env", "writes", "artifacts", "grading",
+                                                           "grading_artifacts"})
     art = None
     if data.get("artifacts") is not None:
         a = _take(data["artifacts"], f"{where}: data.artifacts", {"command", "writes", "scales"}, {"data_function"})
@@ -224,6 +232,15 @@ def parse_task(raw: Any, where: str) -> Task:
     if data.get("grading") is not None and not (data.get("env") and d.get("meter")):
         raise TaskError(f"{where}: data.grading needs data.env (where the meter reads the graded instance's "
                         "split) and a meter: block (which serves it)")
+    graded_arts = tuple(str(w) for w in data.get("grading_artifacts") or ())
+    if graded_arts and (data.get("grading") is None or art is None or not data.get("checksums")):
+        raise TaskError(f"{where}: data.grading_artifacts needs data.grading (the graded instance's files), "
+                        "data.artifacts (the prepare step that makes them) and data.checksums (where its inputs are listed)")
+    held = [g for g in ((d.get("meter") or {}).get("held") or ()) if isinstance(g, str)]
+    for w in graded_arts:
+        if any(fnmatch.fnmatchcase(w.format(scale=s), g) for s in SCALES for g in held):
+            raise TaskError(f"{where}: data.grading_artifacts lists {w}, which the meter holds (meter.held): a graded "
+                            "run's training copy gets these files, and a held file must stay with the meter")
     scales = {}
     for s, b in d["scales"].items():
         if s not in SCALES:
@@ -257,6 +274,7 @@ def parse_task(raw: Any, where: str) -> Task:
         prepare_writes=tuple(str(w) for w in data.get("writes") or ()),
         metric=Metric(**metric), scales=scales,
         deterministic=d.get("deterministic", False), artifacts=art, grading_data=data.get("grading"),
+        grading_artifacts=graded_arts,
         model_path=model_path, tuning=parse_tuning(d.get("tuning"), where),
         meter=parse_meter(d.get("meter"), where),
     )

@@ -28,7 +28,7 @@ from .context import RunContext
 from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD
 from .layout import KERNELS, OUT, REPO, TRAIN_HOME, RunDir, write_json
 from .meter import MeterFault, Served, remove_held, serving
-from .preparing import shrink_env
+from .preparing import read_sums, shrink_env
 from .provenance import python_executable
 from .sandbox import KERNELS_DIR, Mount, Sandbox, default_memory_limit
 from .submission import Submission, apply
@@ -144,13 +144,23 @@ def _try_lock(f) -> bool:
 STARVED_SHARE = 0.5
 
 
-def build_training_copy(task: Task, sub: Submission, dest: Path) -> Path:
-    """Pristine repo + accepted patch, validation data and the meter's held files removed, read-only."""
+def build_training_copy(task: Task, sub: Submission, dest: Path, graded: Path | None = None) -> Path:
+    """Pristine repo + accepted patch, validation data and the meter's held files removed, read-only.
+    `graded`: the graded instance's prepared models (preparing.graded_artifacts), each put in place of
+    the visible one at its repo-relative path and listed in the SHA256SUMS beside it."""
     copy_repo(task, dest)
     apply(sub, dest)
     for v in task.validation_files:
         (dest / v).unlink(missing_ok=True)
-    remove_held(task, dest)
+    if graded is not None:
+        for rel, digest in read_sums(graded).items():
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(graded / rel, target)
+            listing = read_sums(target.parent)
+            listing[target.name] = digest
+            (target.parent / "SHA256SUMS").write_text("".join(f"{d}  {n}\n" for n, d in sorted(listing.items())))
+    remove_held(task, dest)      # last: nothing the meter holds reaches the copy, a graded file neither
     make_read_only(dest)
     return dest
 

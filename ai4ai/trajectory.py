@@ -95,7 +95,10 @@ def summary(path: Path, direction: str | None = None) -> dict:
                                                                    else -math.inf) < best_rank}
 
 
-def curve(path: Path) -> list[tuple[float, float]]:
-    """(minutes into the agent window, proxy score) of every scored proxy call."""
-    return sorted((_number(c.get("elapsed_s")) / 60.0, proxy_score(c)) for c in events(path)
-                  if proxy_score(c) is not None and _number(c.get("elapsed_s")) is not None)
+def curve(path: Path, raw: bool = False) -> list[tuple[float, float]]:
+    """(minutes into the agent window, proxy score) of every scored proxy call; with `raw`, the raw
+    validation metric of every call that has one (a task graded on a fresh instance has no score)."""
+    def value(c):
+        return _number(c.get("proxy_metric")) if raw else proxy_score(c)
+    return sorted((_number(c.get("elapsed_s")) / 60.0, value(c)) for c in events(path)
+                  if value(c) is not None and _number(c.get("elapsed_s")) is not None)

@@ -312,3 +312,23 @@ def test_many_graders_opening_a_fresh_database_at_once_all_get_in(tmp_path):
             db = str(tmp_path / f"r{r}.sqlite")
             failures += [f for f in pool.map(_open_at, [(db, time.time() + 0.2)] * 6, chunksize=1) if f]
     assert failures == []
+
+
+def test_a_task_graded_on_a_fresh_instance_gets_a_raw_metric_curve(tmp_path):
+    """Its proxy calls carry the raw validation metric and no score (the visible instance has no
+    anchors), so the σ curve has nothing to draw; the report draws the raw metric per task instead."""
+    from ai4ai.reporting import plots
+    db, root = tmp_path / "results.sqlite", tmp_path / "runs"
+    result = fake_result(task="sft", agent="claude:opus:high", agent_config=CLAUDE, scores=[0.2], raws=[0.3])
+    result["raw"].update(metric="exact_match", direction="max", transform="identity")
+    calls = [{"elapsed_s": t, "event": "proxy", "proxy_score": None, "proxy_metric": m, "status": s}
+             for t, m, s in ((60, 0.10, "ok"), (120, None, "invalid"), (240, 0.25, "ok"))]
+    _add(db, root, "fresh0", result, patch="", curve=calls)
+    _add(db, root, "scored0", fake_result(seed=1, scores=[0.1]), patch="",
+         curve=[{"elapsed_s": 30, "event": "proxy", "proxy_score": 0.1, "proxy_metric": 10.0}])
+    sec = _section(report(db, tmp_path / "out", formats=("md",)))
+    assert list(sec.curves) == ["baseline optimizer s1"]           # the scored run: its σ curve, as before
+    assert sec.raw_curves == {"sft": ("exact_match", "max", {"claude:opus:high sft s0": [(1.0, 0.10), (4.0, 0.25)]})}
+    titles = [t for t, png in plots(sec) if png]
+    assert "Proxy trajectories over the agent window" in titles
+    assert any(t.startswith("Proxy trajectories of sft") and "no σ" in t for t in titles)

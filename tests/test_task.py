@@ -34,6 +34,16 @@ def test_tasks_are_discovered_by_file():
     (lambda d: d.update(deterministic="yes"), "deterministic must be true or false"),
     (lambda d: (d["data"].update(grading="grading_data"), d["data"].pop("env")), "data.grading needs data.env"),
     (lambda d: (d["data"].update(grading="grading_data"), d.pop("meter")), "data.grading needs data.env"),
+    # optimizer prepares nothing: instance-dependent prepared models need the prepare step that makes them
+    (lambda d: d["data"].update(grading_artifacts=["artifacts/base_{scale}.safetensors"]),
+     "data.grading_artifacts needs data.grading"),
+    (lambda d: (d["data"].update(grading_artifacts=["a"], artifacts={"command": "python prepare.py", "writes": ["a"],
+                                                                      "scales": ["full"]}), d["data"].pop("grading")),
+     "data.grading_artifacts needs data.grading"),
+    # a teacher the meter holds must not be put in a graded run's training copy
+    (lambda d: (d["data"].update(grading_artifacts=["data/train_{scale}.u8"],
+                                 artifacts={"command": "python prepare.py", "writes": ["a"], "scales": ["full"]})),
+     "which the meter holds"),
 ])
 def test_bad_task_configs_are_rejected_with_a_reason(mutate, msg):
     d = copy.deepcopy(RAW)
@@ -48,9 +58,12 @@ def test_a_fresh_graded_instance_is_declared_by_data_grading():
     assert parse_task(d, "test").grading_data is None
     d["data"]["grading"] = "grading_data"
     assert parse_task(d, "test").grading_data == "grading_data"
-    for name in ("reward_model", "optimizer", "graph_diffusion"):
+    for name in ("reward_model", "optimizer", "graph_diffusion", "sft"):
         assert load_task(name).grading_data == "grading_data"
     assert load_task("pruning").grading_data is None
+    # sft's base model depends on the instance (pretrained on its table): graded runs get the graded one's
+    assert load_task("sft").grading_artifacts == ("artifacts/base_{scale}.safetensors",)
+    assert load_task("optimizer").grading_artifacts == ()
 
 
 def test_unknown_task_names_the_known_ones():

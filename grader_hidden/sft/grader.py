@@ -1,12 +1,18 @@
 """Hidden grader of the `sft` task: exact match of greedy final answers on hidden problems.
 
 Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
-evaluate_with_noise, uninformative(model), materialize(scale, dest). metric.best is 1.0.
+evaluate_with_noise, uninformative(model), materialize(scale, dest), grading_data(scale, dest).
+metric.best is 1.0.
+
+Graded on a fresh instance (another operator table): what the agent sees, the committed splits, the
+pretraining corpus and the base model made from it, is the visible table's (secret `table`); a graded
+run starts from a base the repo's own prepare.py pretrained on the graded table's corpus and is served
+that table's training split (grading_data, from the secret `instance` seed), and the hidden selection
+and test problems are its problems. 936 facts fit in a patch; the graded table's are nowhere in it.
 """
 from __future__ import annotations
 
 import os
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +21,7 @@ import numpy as np
 import torch
 import yaml
 
+from ai4ai.hidden import write_splits
 from ai4ai.models import token_maps
 
 from . import problems as P
@@ -44,13 +51,16 @@ def _secrets() -> dict:
     return yaml.safe_load((HERE / "secrets.yaml").read_text())
 
 
-def _table() -> np.ndarray:
-    return P.operator_table(_secrets()["table"])
+def _table(instance: str = "visible") -> np.ndarray:
+    """The visible operator table (the agent's splits) or the graded one (a fresh instance)."""
+    return P.operator_table(_secrets()["table" if instance == "visible" else "instance"])
 
 
 def split(name: str, cfg=None) -> Split:
-    """A split of problems, regenerated from its secret seed."""
-    rows, plen, answers = P.problems(_table(), SPLITS[name], _secrets()[name])
+    """A split of problems, regenerated from its secret seed: the selection and test problems are the
+    graded table's; the validation split (committed as data/val.u8) is the visible table's."""
+    rows, plen, answers = P.problems(_table("visible" if name == "validation" else "graded"), SPLITS[name],
+                                     _secrets()[name])
     return Split(rows, plen, answers)
 
 
@@ -116,16 +126,18 @@ def uninformative(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def materialize(scale: str, dest: Path) -> dict:
-    """Write the training split of `scale`, the validation split and the pretraining corpus."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
+    """Write the training split of `scale`, the validation split and the pretraining corpus, of the
+    visible table."""
     s, table = _secrets(), _table()
-    files = {f"train_{scale}.u8": P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0],
-             "val.u8": P.problems(table, SPLITS["validation"], s["validation"])[0],
-             "pretrain.u8": P.warmup(table, PRETRAIN_ROWS, s["pretrain"])}
-    sums = {}
-    for name, arr in files.items():
-        raw = np.ascontiguousarray(arr).tobytes()
-        (dest / name).write_bytes(raw)
-        sums[name] = hashlib.sha256(raw).hexdigest()
-    return sums
+    return write_splits(dest, {f"train_{scale}.u8": P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0],
+                               "val.u8": P.problems(table, SPLITS["validation"], s["validation"])[0],
+                               "pretrain.u8": P.warmup(table, PRETRAIN_ROWS, s["pretrain"])})
+
+
+def grading_data(scale: str, dest: Path) -> dict:
+    """What a graded run at `scale` is given, of the graded table, from the same seeds as the visible
+    files: the training split (served by the meter) and the pretraining corpus, from which the repo's
+    own prepare step makes the graded run's base model (data.grading_artifacts)."""
+    s, table = _secrets(), _table("graded")
+    return write_splits(dest, {f"train_{scale}.u8": P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0],
+                               "pretrain.u8": P.warmup(table, PRETRAIN_ROWS, s["pretrain"])})

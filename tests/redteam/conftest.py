@@ -122,9 +122,28 @@ def grade_train_py(compose_cfg, tmp_path: Path, task, new_train_py: str, name: s
     return r
 
 
+def information_rejections(task, tmp_path: Path, new_train_py: str, scale: str = "ci") -> dict:
+    """What the patch checks' information check says of `new_train_py` as the task's train.py, against
+    a pristine copy of the repo ({} when it is accepted)."""
+    from ai4ai.submission import check_information
+    from ai4ai.workspace import pristine_copy
+    pristine = pristine_copy(task, tmp_path / "pristine")
+    return check_information(task, pristine, {"train.py": ((pristine / "train.py").read_text(), new_train_py)}, scale)
+
+
 def baseline_score(result: dict) -> tuple[float, float]:
     """(0.1, the tolerance a shipped-algorithm result is held to at ci: one seed, noise of phi)."""
     return 0.1, 0.06
+
+
+def assert_gains_nothing(result: dict) -> None:
+    """A probe graded on a fresh instance: graded, every seed trained to its end (no cap cut it, so
+    the fresh instance is what it met), and no gain over the shipped algorithm beyond its noise."""
+    assert result["status"] == "graded", result.get("reason")
+    cut = [s["seed"] for s in result["checkpoints"]["per_seed"] if s.get("cut")]
+    assert not cut, f"seeds {cut} were cut by a cap: the probe must fit the caps to test the instance"
+    shipped, tolerance = baseline_score(result)
+    assert result["score"] < shipped + tolerance, result["score"]
 
 
 def copy_tree(src: Path, dest: Path) -> Path:

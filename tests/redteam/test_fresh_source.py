@@ -21,7 +21,7 @@ import pytest
 from ai4ai.preparing import data_mounts, grading_mounts
 from ai4ai.provenance import python_executable
 
-from .conftest import baseline_score, grade_train_py, grader_modules, needs_bwrap
+from .conftest import assert_gains_nothing, grade_train_py, grader_modules, information_rejections, needs_bwrap
 
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEF"      # 32 symbols, no digits: not a base64-like run
 
@@ -190,13 +190,9 @@ def test_graded_runs_are_served_the_graded_source_and_proxy_runs_the_visible_one
 
 def test_the_probe_carries_the_visible_source_under_the_information_check(tmp_path):
     """The probe is a submission the patch checks accept, and the source it carries is the visible one."""
-    from ai4ai.submission import check_information
-    from ai4ai.workspace import pristine_copy
     task, g, source = _grader()
-    pristine = pristine_copy(task, tmp_path / "pristine")
-    old = (pristine / "train.py").read_text()
-    new = source_in_the_patch(old, g._source("visible"))
-    assert check_information(task, pristine, {"train.py": (old, new)}, "ci") == {}
+    new = source_in_the_patch((task.repo / "train.py").read_text(), g._source("visible"))
+    assert information_rejections(task, tmp_path, new) == {}
     import torch
     scope = {"torch": torch, "total_steps": 1, "BATCH_SIZE": 4, "order": torch.Generator().manual_seed(0)}
     start = new.index("# The source, as read")
@@ -213,8 +209,5 @@ def test_the_probe_carries_the_visible_source_under_the_information_check(tmp_pa
 def test_the_visible_source_written_into_the_patch_gains_nothing(compose_cfg, tmp_path):
     task, g, _ = _grader()
     new = source_in_the_patch((task.repo / "train.py").read_text(), g._source("visible"))
-    r = grade_train_py(compose_cfg, tmp_path, task, new, "source_in_the_patch")
-    assert r["status"] == "graded"
     # no gain over the shipped algorithm (before: 0.273 at ci, perplexity 9.28 against the shipped 10.26)
-    shipped, tolerance = baseline_score(r)
-    assert r["score"] < shipped + tolerance, r["score"]
+    assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "source_in_the_patch"))
