@@ -111,7 +111,7 @@ def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Pat
     graded = None
     if task.grading_artifacts:                         # its prepared models, made once (on the device at full)
         with device_lock(ctx.device, ctx.threads):
-            graded = graded_artifacts(task, ctx.scale, ctx.device)
+            graded = graded_artifacts(task, ctx.scale, ctx.device, graded=mounts[0].host)
     train_repo = build_once(stage_dir(ctx, f"repo {workdir} {sub.sha256} {graded}") / "repo",
                              lambda d: build_training_copy(task, sub, d, graded))
     results = []

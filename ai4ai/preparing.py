@@ -223,17 +223,19 @@ def grading_mounts(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> tup
     return [Mount(DATA, dest, False)], {task.data_env: DATA}
 
 
-def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Path = CACHE_ROOT) -> Path | None:
+def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Path = CACHE_ROOT,
+                     graded: Path | None = None) -> Path | None:
     """The prepared models of the graded instance (data.grading_artifacts), or None where the task has
     none: the repo's own prepare step (data.artifacts.command), run once in a scratch copy of the
     pristine repo whose data files are replaced by the graded instance's files of the same names
     (grading_data's, their data/SHA256SUMS lines too), and the files it made kept in the cache under
     their repo-relative paths. A graded run's training copy holds them in place of the visible
-    instance's (training.build_training_copy); the agent's own runs keep the committed ones."""
+    instance's (training.build_training_copy); the agent's own runs keep the committed ones.
+    `graded`: the graded instance's files (grading_mounts' folder), when the caller has them."""
     if not task.grading_artifacts or task.model_path:    # your own model is the base: no instance in it
         return None
-    mounts, _ = grading_mounts(task, scale, cache_root)
-    graded = mounts[0].host
+    if graded is None:
+        graded = grading_mounts(task, scale, cache_root)[0][0].host
     key = f"{cache_key(task)}-{tree_sha256(task.repo, UNVERSIONED)[:16]}"
     wanted = [w.format(scale=scale) for w in task.grading_artifacts]
 
