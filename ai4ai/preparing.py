@@ -358,12 +358,17 @@ def prepare_artifacts(task: Task, scale: str, device: str, data: Path | None, pr
 
 
 def prepare(task: Task, scale: str, device: str, progress: bool = True, cache_root: Path = CACHE_ROOT) -> dict:
-    """Both phases; returns {"data": folder or None, "artifacts": {file: state}}."""
+    """Both phases (and, at full, the graded instance's prepared models); returns {"data": folder or
+    None, "artifacts": {file: state}, "graded": folder or None}."""
     t0 = time.monotonic()
-    todo = [p for p, need in (("data", needs_data(task, scale)), ("artifacts", needs_artifacts(task, scale))) if need]
+    # at full, the graded instance's prepared models too (on the device), so the first grading does
+    # not wait for them; at ci and smoke the first grading makes them (about 90 s on one CPU thread)
+    graded = scale == "full" and bool(task.grading_artifacts) and not task.model_path
+    todo = [p for p, need in (("data", needs_data(task, scale)), ("artifacts", needs_artifacts(task, scale)),
+                              ("graded instance", graded)) if need]
     if not todo:
         say(f"{task.name} at {scale}: nothing to prepare (its data and prepared models are committed)")
-        return {"data": None, "artifacts": {}}
+        return {"data": None, "artifacts": {}, "graded": None}
     say(f"preparing {task.name} at {scale}{f' (shrunk: {shrink()})' if shrink() else ''}: {' + '.join(todo)}")
     data = None
     if "data" in todo:
@@ -373,5 +378,9 @@ def prepare(task: Task, scale: str, device: str, progress: bool = True, cache_ro
     if "artifacts" in todo:
         say(f"[{todo.index('artifacts') + 1}/{len(todo)}] artifacts")
         arts = prepare_artifacts(task, scale, device, data, progress, cache_root)
+    made = None
+    if "graded instance" in todo:
+        say(f"[{todo.index('graded instance') + 1}/{len(todo)}] graded instance (data.grading_artifacts)")
+        made = graded_artifacts(task, scale, device, cache_root)
     say(f"{task.name} at {scale} prepared in {time.monotonic() - t0:.0f} s")
-    return {"data": data, "artifacts": arts}
+    return {"data": data, "artifacts": arts, "graded": made}

@@ -100,6 +100,11 @@ def test_full_code_paths_run_on_the_cpu(project, name, tmp_path):
         for rel in task.artifacts.writes:
             assert (project / "repos_frozen" / name / rel).exists()
         assert "checksums match" in r.stdout
+    if task.grading_artifacts:       # prepare made the graded instance's prepared models too
+        graded = Path(out["prepare"]["graded"])
+        assert (graded / ".complete").exists() and set(w.format(scale="full") for w in task.grading_artifacts) <= set(
+            ln.split()[1] for ln in (graded / "SHA256SUMS").read_text().splitlines())
+        assert "graded instance's prepared models: cached" in r.stdout      # the grading reused them
     plan = "\n".join(out["plan"])
     assert "run first" not in plan, plan
 
