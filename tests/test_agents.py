@@ -200,7 +200,7 @@ def test_the_agent_is_told_where_its_proxy_has_no_scale():
     instructions say so and why, and a task with validation anchors' do not."""
     from ai4ai.instructions import render
     from ai4ai.task import load_task
-    for name, fresh in (("optimizer", True), ("reward_model", True), ("pruning", False)):
+    for name, fresh in (("optimizer", True), ("reward_model", True), ("sft", True), ("pruning", False)):
         text = render(load_task(name), "ci", 120, started=1_800_000_000)
         assert ("graded on a fresh instance of its source" in text) is fresh, name
         assert ("raw validation metric only" in text) is fresh, name
