@@ -5,7 +5,6 @@ Tasks are discovered by file; there is no central list. Unknown keys are errors.
 from __future__ import annotations
 
 import fnmatch
-
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
