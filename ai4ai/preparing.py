@@ -24,6 +24,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from .layout import DATA
 from .provenance import UNVERSIONED, python_executable, tree_sha256
 from .sandbox import Mount
 from .task import Task
+from .workspace import copy_repo, make_writable
 
 # Set (to a profile name, "cpu") in the harness's environment, it makes every repo's config.py and
 # every hidden grader use their shrunk `full` sizes: the same code paths as full, in seconds on a CPU.
@@ -240,8 +242,6 @@ def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Pa
     wanted = [w.format(scale=scale) for w in task.grading_artifacts]
 
     def make(out: Path) -> dict:
-        import tempfile
-        from .workspace import copy_repo, make_writable
         scratch = Path(tempfile.mkdtemp(prefix=f"{task.name}-graded-", dir=out.parent))
         try:
             repo = copy_repo(task, scratch / "repo")
