@@ -1,18 +1,18 @@
 """Open route, measured: a task whose labels come from a few public rules can be written down.
 
 distillation's answers are o(g(f(x))) for six list steps f, g and two orders o. A submission can read
-the rules off the validation answers, write them into train.py (15 lines) and train the student on
-pairs it makes from them, drawing no metered prompt and no teacher token. Measured on 2026-12-03 on
-an AMD EPYC: 0.182 at ci (exact match 0.324 against the shipped 0.256, about 11 x the seed noise).
+the rules off the validation answers, write them into train.py (15 lines, below) and train the student
+on pairs it makes from them, drawing no metered prompt and no teacher token. Graded at ci through the
+real harness on 2026-12-03 (AMD EPYC), twice, with different training seeds: 0.182 (exact match 0.324)
+and 0.093 (0.239), against the shipped 0.256. Its gain at ci is within the student's seed-to-seed
+spread on made data, so no grading of it is asserted here; the route is open in principle.
 
 Grading on a fresh instance would not close it: re-drawing which code means which rule leaves 1,440
 draws, which a handful of metered teacher answers identify. Closing it is a change of the task (labels
-from a function too large to write down, as sft's 936-fact table), so this probe is marked as an
-expected failure; `strict` makes it fail the suite once the route is closed, so the marker goes then.
+from a function too large to write down, as sft's 936-fact table). The test below keeps the probe
+honest: its rules are the grader's, and its patch passes the information check.
 """
-import pytest
-
-from .conftest import assert_gains_nothing, grade_train_py, grader_modules, information_rejections, needs_bwrap
+from .conftest import grader_modules, information_rejections
 
 RULES = '''
 # ----------------------------------------------------------------------------- the rules, written down
@@ -91,13 +91,3 @@ def test_the_rules_answer_as_the_hidden_programs_do(tmp_path):
     for p, a in zip(made_p.tolist(), made_a.tolist()):
         assert p[-1] == 2 and not any(p[:p.index(1)]) and 3 <= len(rules(p)[3]) <= programs.MAX_LEN
         assert [programs.DIGIT0 + y for y in programs.transform(*rules(p))] + [3] == a[:a.index(3) + 1]
-
-
-@pytest.mark.slow
-@needs_bwrap
-@pytest.mark.xfail(strict=True, reason="open: distillation's labels are a few public rules (0.182 at ci, 2026-12-03); "
-                                       "closing it needs a change of the task")
-def test_the_rules_written_into_the_patch_gain_nothing(compose_cfg, tmp_path):
-    task, _, _ = grader_modules("distillation", "grader", "programs")
-    new = rules_in_the_patch((task.repo / "train.py").read_text())
-    assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "rules in the patch"))
