@@ -85,6 +85,28 @@ def read_sums(folder: Path) -> dict[str, str]:
     return {name: digest for digest, name in (ln.split() for ln in listing.read_text().splitlines() if ln.strip())}
 
 
+def write_sums(folder: Path, sums: dict[str, str]) -> None:
+    """folder/SHA256SUMS listing {name: sha256}, sorted by name (the layout read_sums reads)."""
+    (Path(folder) / "SHA256SUMS").write_text("".join(f"{d}  {n}\n" for n, d in sorted(sums.items())))
+
+
+def run_prepare_step(argv: list[str], cwd: Path, env: dict, log: Path, what: str, bar: TrainingBar | None = None) -> None:
+    """Run a repo's prepare step, its output into `log` (and `bar`); a failure raises with the log's tail."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            f.write(line)
+            if bar is not None:
+                bar.on_line(line)
+        rc = proc.wait()
+    if bar is not None:
+        bar.close()
+    if rc != 0:
+        tail = log.read_text().strip().splitlines()[-5:]
+        raise RuntimeError(f"{what} exited with {rc} (log {log}):\n  " + "\n  ".join(tail))
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -178,7 +200,7 @@ def _build_cached(dest: Path, label: str, write, may_be_absent: tuple[str, ...] 
     wrong = [n for n, d in sums.items() if sha256_file(tmp / n) != d]
     if wrong:
         raise RuntimeError(f"{label}: files differ from the checksums their writer returned: {wrong}")
-    (tmp / "SHA256SUMS").write_text("".join(f"{v}  {k}\n" for k, v in sorted(sums.items())))
+    write_sums(tmp, sums)
     (tmp / ".complete").write_text("ok")
     tmp.rename(dest)
     size = sum((dest / n).stat().st_size for n in sums)
@@ -252,18 +274,11 @@ def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Pa
                 if (data / name).exists():
                     shutil.copyfile(graded / name, data / name)
                     listing[name] = digest
-            (data / "SHA256SUMS").write_text("".join(f"{d}  {n}\n" for n, d in sorted(listing.items())))
-            argv = artifact_command(task, scale, device, graded)
+            write_sums(data, listing)
             env = {k: v for k, v in os.environ.items() if k != task.data_env}
-            log = Path(cache_root) / "prepare" / f"{task.name}_{scale}_graded.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with open(log, "w") as f:
-                rc = subprocess.run(argv, cwd=repo, env=dict(env, PYTHONDONTWRITEBYTECODE="1"), stdout=f,
-                                    stderr=subprocess.STDOUT).returncode
-            if rc != 0:
-                tail = log.read_text().strip().splitlines()[-5:]
-                raise RuntimeError(f"{task.name}: the repo's prepare step on the graded instance exited with {rc} "
-                                   f"(log {log}):\n  " + "\n  ".join(tail))
+            run_prepare_step(artifact_command(task, scale, device, graded), repo, dict(env, PYTHONDONTWRITEBYTECODE="1"),
+                             Path(cache_root) / "prepare" / f"{task.name}_{scale}_graded.log",
+                             f"{task.name}: the repo's prepare step on the graded instance")
             sums = {}
             for rel in wanted:
                 if not (repo / rel).is_file():
@@ -332,21 +347,9 @@ def prepare_artifacts(task: Task, scale: str, device: str, data: Path | None, pr
         env[task.data_env] = str(data)
     say(f"  {task.name} {scale} artifacts: {', '.join(f'{k} ({v})' for k, v in state.items())}; "
         f"running `{' '.join(argv[1:])}` in {task.repo}")
-    log = cache_root / "prepare" / f"{task.name}_{scale}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    bar = TrainingBar(f"  {task.name} prepare", progress)
     t0 = time.monotonic()
-    with open(log, "w") as f:
-        proc = subprocess.Popen(argv, cwd=task.repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
-        for line in proc.stdout:
-            f.write(line)
-            bar.on_line(line)
-        rc = proc.wait()
-    bar.close()
-    if rc != 0:
-        tail = log.read_text().strip().splitlines()[-5:]
-        raise RuntimeError(f"{task.name}: the repo's prepare step exited with {rc} (log {log}):\n  " + "\n  ".join(tail))
+    run_prepare_step(argv, task.repo, env, cache_root / "prepare" / f"{task.name}_{scale}.log",
+                     f"{task.name}: the repo's prepare step", TrainingBar(f"  {task.name} prepare", progress))
     readable(task)
     state = artifact_state(task, scale)
     bad = {k: v for k, v in state.items() if v != "ok"}

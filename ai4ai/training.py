@@ -28,7 +28,7 @@ from .context import RunContext
 from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD
 from .layout import KERNELS, OUT, REPO, TRAIN_HOME, RunDir, write_json
 from .meter import MeterFault, Served, remove_held, serving
-from .preparing import read_sums, shrink_env
+from .preparing import read_sums, shrink_env, write_sums
 from .provenance import python_executable
 from .sandbox import KERNELS_DIR, Mount, Sandbox, default_memory_limit
 from .submission import Submission, apply
@@ -159,7 +159,7 @@ def build_training_copy(task: Task, sub: Submission, dest: Path, graded: Path | 
             shutil.copyfile(graded / rel, target)
             listing = read_sums(target.parent)
             listing[target.name] = digest
-            (target.parent / "SHA256SUMS").write_text("".join(f"{d}  {n}\n" for n, d in sorted(listing.items())))
+            write_sums(target.parent, listing)
     remove_held(task, dest)      # last: nothing the meter holds reaches the copy, a graded file neither
     make_read_only(dest)
     return dest
