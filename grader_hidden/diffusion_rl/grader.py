@@ -29,11 +29,11 @@ HERE = Path(__file__).resolve().parent
 SCORER_PATH = HERE / "hidden_scorer.safetensors"
 N_STEPS, IMAGE_DIM = 20, 64
 TARGET_CLASS, JUNK = 3, 10
-INK_THRESHOLD, INK_TEMPERATURE = 0.25, 0.02          # the reward's stroke term (repo config.py)
+INK_THRESHOLD, INK_TEMPERATURE = 0.25, 0.01          # the reward's stroke term (repo config.py)
 VALIDATION_SEED = 20240601                            # public: the repo's evaluate.py uses it
 BATCH = 256
 DIVERSITY_FRACTION = 0.4
-SPLITS = {"selection": 2048, "test": 8192, "validation": 1024}   # samples
+SPLITS = {"selection": 2048, "test": 16384, "validation": 1024}   # samples
 if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
     SPLITS = {"selection": BATCH, "test": 2 * BATCH, "validation": BATCH}
 

