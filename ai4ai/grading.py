@@ -15,8 +15,8 @@ from .evaluation import CKPT_RE, EvalSpec, WorkerError, run_worker
 from .meter import read_report
 from .submission import Submission
 from .preparing import graded_artifacts, grading_mounts
-from .training import (EnvironmentFault, build_once, build_training_copy, device_lock, run_training, stage_dir,
-                       training_seed)
+from .training import (EnvironmentFault, build_meter_copy, build_once, build_training_copy, device_lock,
+                       meter_needs_graded, run_training, stage_dir, training_seed)
 from .workspace import pristine_copy
 
 
@@ -73,9 +73,10 @@ def _retrain_after_cpu_cut(ctx: RunContext, first: SeedResult, again, seed_dir: 
 
 
 def train_and_evaluate(ctx: RunContext, train_repo: Path, pristine: Path, seed: int,
-                       seed_dir: Path, extra_mounts: list, extra_env: dict, train_seed: int) -> SeedResult:
+                       seed_dir: Path, extra_mounts: list, extra_env: dict, train_seed: int,
+                       meter_repo: Path | None = None) -> SeedResult:
     outcome, ckpts, reason = run_training(ctx, train_repo, train_seed, seed_dir, extra_mounts, extra_env,
-                                          f"  seed {seed} training")
+                                          f"  seed {seed} training", meter_repo)
     base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out, cpu_s=outcome.cpu_s,
                 cut=outcome.cut, host_idle_cores=outcome.host_idle_cores, training_seed=train_seed,
                 served=read_report(seed_dir / "meter.json") if ctx.task.meter is not None else None)
@@ -114,6 +115,10 @@ def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Pat
             graded = graded_artifacts(task, ctx.scale, ctx.device, graded=mounts[0].host)
     train_repo = build_once(stage_dir(ctx, f"repo {workdir} {sub.sha256} {graded}") / "repo",
                              lambda d: build_training_copy(task, sub, d, graded))
+    # the meter's own copy where it holds a graded prepared model (the graded instance's teacher); it
+    # lives beside the pristine copy, which no training sandbox mounts
+    meter_repo = (build_once(workdir / ".meter" / "repo", lambda d: build_meter_copy(task, d, graded))
+                  if meter_needs_graded(task, graded) else None)
     results = []
     caps = (f"CPU cap {ctx.cpu_cap_s:.0f} CPU-s, liveness net {ctx.cap_s:.0f} s" if ctx.cpu_cap_s is not None
             else f"cap {ctx.cap_s:.0f}s")
@@ -128,10 +133,10 @@ def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Pat
             try:
                 train_seed = (training_seeds[seed] if training_seeds and seed in training_seeds
                               else training_seed(ctx, f"grade {seed}", seed))
-                r = train_and_evaluate(ctx, train_repo, pristine, seed, seed_dir, mounts, env, train_seed)
+                r = train_and_evaluate(ctx, train_repo, pristine, seed, seed_dir, mounts, env, train_seed, meter_repo)
                 if r.cut == "cpu" and ctx.cpu_cap_s is not None:
                     r = _retrain_after_cpu_cut(ctx, r, lambda d: train_and_evaluate(
-                        ctx, train_repo, pristine, seed, d, mounts, env, train_seed), seed_dir)
+                        ctx, train_repo, pristine, seed, d, mounts, env, train_seed, meter_repo), seed_dir)
             except EnvironmentFault as e:   # the machine's fault: error, retried on rerun
                 r = SeedResult(seed=seed, status="error", reason=f"environment: {e}", raw=None,
                                train_s=round(ctx.cap_s, 2), timed_out=True, cut="wall")

@@ -68,13 +68,15 @@ def remove_held(task: Task, repo: Path) -> list[str]:
 
 @contextmanager
 def serving(task: Task, scale: str, seed: int, device: str, log: Path, report: Path,
-            data_env: dict | None = None, threads: int = 1) -> Iterator[Served | None]:
+            data_env: dict | None = None, threads: int = 1, repo: Path | None = None) -> Iterator[Served | None]:
     """Run the meter for one training run of `task` (None when the task meters nothing this way).
 
     `data_env`: host paths of the full-scale data cache ({task.data_env: folder}); the meter reads
     it, the training sandbox no longer mounts it. `threads`: the training run's own thread count, so
     that what the meter computes (a reward, a teacher's answer) is the same float for float as the
-    same code computed in the training process."""
+    same code computed in the training process. `repo`: the pristine copy to serve from, where a
+    graded run's meter holds the graded instance's prepared models (training.build_meter_copy); else
+    the task's repo."""
     if task.meter is None:
         yield None
         return
@@ -100,7 +102,7 @@ def serving(task: Task, scale: str, seed: int, device: str, log: Path, report: P
     argv = [python_executable(), "-s", str(WIRE), "serve", str(sock), json.dumps(task.meter.wire()),
             json.dumps(pins), str(report)]
     with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, cwd=task.repo, env=env, stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, cwd=repo or task.repo, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         t0 = time.monotonic()

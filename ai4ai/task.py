@@ -4,7 +4,6 @@ Tasks are discovered by file; there is no central list. Unknown keys are errors.
 """
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -140,7 +139,8 @@ class Task:
     # data.grading_artifacts: files the repo's own prepare step (data.artifacts.command) makes ({scale}
     # filled in) that depend on the instance, e.g. a base model pretrained on its corpus. The harness
     # runs that step on the graded instance's files (preparing.graded_artifacts) and a graded run's
-    # training copy holds what it made in their place; () where the prepared models do not depend on it
+    # training copy holds what it made in their place, or, for a file the meter holds (a teacher), the
+    # meter's copy of the repo (training.build_meter_copy); () where the prepared models do not depend on it
     grading_artifacts: tuple[str, ...] = ()
     # A Hugging Face causal LM folder that replaces the repo's prepared model (task.model_path=...;
     # ai4ai/models.py). None: the repo's own model, exactly as without the option.
@@ -235,11 +235,6 @@ def parse_task(raw: Any, where: str) -> Task:
     if graded_arts and (data.get("grading") is None or art is None or not data.get("checksums")):
         raise TaskError(f"{where}: data.grading_artifacts needs data.grading (the graded instance's files), "
                         "data.artifacts (the prepare step that makes them) and data.checksums (where its inputs are listed)")
-    held = [g for g in ((d.get("meter") or {}).get("held") or ()) if isinstance(g, str)]
-    for w in graded_arts:
-        if any(fnmatch.fnmatchcase(w.format(scale=s), g) for s in SCALES for g in held):
-            raise TaskError(f"{where}: data.grading_artifacts lists {w}, which the meter holds (meter.held): a graded "
-                            "run's training copy gets these files, and a held file must stay with the meter")
     scales = {}
     for s, b in d["scales"].items():
         if s not in SCALES:

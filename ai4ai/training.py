@@ -8,6 +8,7 @@ and copies the checkpoints out within bounds. Choosing among them and scoring ar
 from __future__ import annotations
 
 import fcntl
+import fnmatch
 import hashlib
 import hmac
 import os
@@ -147,22 +148,46 @@ STARVED_SHARE = 0.5
 def build_training_copy(task: Task, sub: Submission, dest: Path, graded: Path | None = None) -> Path:
     """Pristine repo + accepted patch, validation data and the meter's held files removed, read-only.
     `graded`: the graded instance's prepared models (preparing.graded_artifacts), each put in place of
-    the visible one at its repo-relative path and listed in the SHA256SUMS beside it."""
+    the visible one at its repo-relative path and listed in the SHA256SUMS beside it; one the meter
+    holds (a teacher) is removed with the other held files: it goes to the meter's copy only."""
     copy_repo(task, dest)
     apply(sub, dest)
     for v in task.validation_files:
         (dest / v).unlink(missing_ok=True)
     if graded is not None:
-        for rel, digest in read_sums(graded).items():
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(graded / rel, target)
-            listing = read_sums(target.parent)
-            listing[target.name] = digest
-            write_sums(target.parent, listing)
+        put_graded(graded, dest)
     remove_held(task, dest)      # last: nothing the meter holds reaches the copy, a graded file neither
     make_read_only(dest)
     return dest
+
+
+def build_meter_copy(task: Task, dest: Path, graded: Path) -> Path:
+    """The pristine repo in which a graded run's meter serves (meter.serving's `repo`): the graded
+    instance's prepared models in place of the visible ones, so that a teacher the meter holds is the
+    one prepared on the graded instance. No patch: the meter runs protected code only. Read-only."""
+    copy_repo(task, dest)
+    put_graded(graded, dest)
+    make_read_only(dest)
+    return dest
+
+
+def meter_needs_graded(task: Task, graded: Path | None) -> bool:
+    """Whether a graded run's meter must serve from a copy holding the graded instance's prepared
+    models: the task has some and its meter holds one of them (data.grading_artifacts, meter.held)."""
+    return graded is not None and task.meter is not None and any(
+        fnmatch.fnmatchcase(rel, g) for rel in read_sums(graded) for g in task.meter.held)
+
+
+def put_graded(graded: Path, dest: Path) -> None:
+    """Each file of `graded` (listed in its SHA256SUMS by repo-relative path) into the repo copy `dest`
+    at that path, listed in the SHA256SUMS beside it."""
+    for rel, digest in read_sums(graded).items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(graded / rel, target)
+        listing = read_sums(target.parent)
+        listing[target.name] = digest
+        write_sums(target.parent, listing)
 
 
 def build_once(dest: Path, build) -> Path:
@@ -355,20 +380,22 @@ def require_idle_gpu(device: str) -> None:
 
 
 @contextmanager
-def _meter(ctx: RunContext, seed: int, seed_dir: Path, data_env: dict) -> Iterator[Served]:
-    """The run's meter server; one that cannot start or dies is the machine's fault, not the
-    submission's (EnvironmentFault: the seed is an `error`, retried)."""
+def _meter(ctx: RunContext, seed: int, seed_dir: Path, data_env: dict, repo: Path | None = None) -> Iterator[Served]:
+    """The run's meter server (serving from `repo`, or the task's repo when None); one that cannot
+    start or dies is the machine's fault, not the submission's (EnvironmentFault: the seed is an
+    `error`, retried)."""
     try:
         with serving(ctx.task, ctx.scale, seed, ctx.device, seed_dir / "meter.log", seed_dir / "meter.json",
-                     data_env, ctx.threads) as served:
+                     data_env, ctx.threads, repo) as served:
             yield served
     except MeterFault as e:
         raise EnvironmentFault(f"meter: {e}") from e
 
 
 def run_training(ctx: RunContext, train_repo: Path, seed: int, seed_dir: Path, extra_mounts: list,
-                 extra_env: dict, label: str) -> tuple:
+                 extra_env: dict, label: str, meter_repo: Path | None = None) -> tuple:
     """Train once under the caps; returns (outcome, snapshotted checkpoints, invalid reason or None).
+    `meter_repo`: the repo copy the meter serves from (build_meter_copy), where it is not the task's.
 
     Raises EnvironmentFault when the liveness net cut a run that was under its CPU cap on a host
     with no idle capacity: load slowed it, so its checkpoints say nothing about the submission."""
@@ -384,7 +411,7 @@ def run_training(ctx: RunContext, train_repo: Path, seed: int, seed_dir: Path, e
         data_env = {k: hosts[v] for k, v in extra_env.items() if v in hosts}
         extra_mounts = [m for m in extra_mounts if m.host not in data_env.values()]
         extra_env = {k: v for k, v in extra_env.items() if k not in data_env}
-    with _meter(ctx, seed, seed_dir, data_env) as served:
+    with _meter(ctx, seed, seed_dir, data_env, meter_repo) as served:
         sb = training_sandbox(ctx, train_repo, stage, extra_mounts, extra_env, served)
         bar = TrainingBar(label, ctx.progress)
         ckpt_bytes = checkpoint_limit(ctx.task, ctx.scale)

@@ -279,3 +279,64 @@ def test_a_meter_that_cannot_start_is_the_machines_fault(tmp_path):
         with _meter(ctx, 3, tmp_path, {}):
             pass
     assert "the split module is broken" in (tmp_path / "meter.log").read_text()
+
+
+def test_a_graded_teacher_goes_to_the_meters_copy_only(tmp_path, monkeypatch):
+    """distillation's meter holds the teacher, and the teacher depends on the instance: a graded run's
+    meter serves from a copy holding the graded instance's teacher (training.build_meter_copy), and the
+    training copy holds no teacher at all. Here the graded 'ci' teacher is the committed smoke teacher
+    (same architecture, other weights, a real safetensors file), so the served answers tell them apart."""
+    import hashlib
+    import shutil
+
+    from ai4ai.preparing import read_sums, write_sums
+    from ai4ai.submission import Submission
+    from ai4ai.training import build_meter_copy, build_training_copy, meter_needs_graded
+    task = load_task("distillation")
+    graded = tmp_path / "graded"
+    (graded / "artifacts").mkdir(parents=True)
+    shutil.copyfile(task.repo / "artifacts" / "teacher_smoke.safetensors", graded / "artifacts" / "teacher_ci.safetensors")
+    digest = hashlib.sha256((graded / "artifacts" / "teacher_ci.safetensors").read_bytes()).hexdigest()
+    write_sums(graded, {"artifacts/teacher_ci.safetensors": digest})
+    assert meter_needs_graded(task, graded)
+    assert not meter_needs_graded(task, None)
+    assert not meter_needs_graded(load_task("sft"), graded)        # sft's meter holds data, not its base
+
+    empty = Submission(files={}, rejected={}, patch="", lines_added=0, lines_removed=0)
+    train = build_training_copy(task, empty, tmp_path / "train", graded)
+    assert not list((train / "artifacts").glob("teacher_*")) and not list((train / "data").glob("train_*"))
+    meter_repo = build_meter_copy(task, tmp_path / "meter", graded)
+    assert read_sums(meter_repo / "artifacts")["teacher_ci.safetensors"] == digest
+    assert (meter_repo / "artifacts" / "teacher_ci.safetensors").read_bytes() == \
+        (task.repo / "artifacts" / "teacher_smoke.safetensors").read_bytes()
+
+    prompts = torch.from_numpy(np.frombuffer((task.repo / "data" / "val.u8").read_bytes(), np.uint8)
+                               .reshape(-1, 20)[:200, :12].astype(np.int64))
+
+    def served_answers(repo):
+        with serving(task, "ci", 3, "cpu", tmp_path / "meter.log", tmp_path / "meter.json", repo=repo) as served:
+            monkeypatch.setenv(meter_wire.ENV, str(served.mounts[0].host / "meter.sock"))
+            meter_wire._Connection._conn = None
+            teacher = meter_wire._Connection.get().call({"op": "new", "cls": "teacher.Teacher"}, ("ci", "cpu"))
+            out = teacher.generate(prompts)
+            meter_wire._Connection._conn = None
+            return out
+    visible, graded_answers = served_answers(None), served_answers(meter_repo)
+    # what each teacher itself answers, computed here from its file
+    monkeypatch.syspath_prepend(str(task.repo))
+    for m in ("config", "model"):
+        sys.modules.pop(m, None)
+    import model
+    from safetensors.torch import load_file
+
+    def own(path):
+        t, state = model.build_teacher("ci"), load_file(str(path))
+        with torch.no_grad():
+            for k, p in t.named_parameters():
+                p.copy_(state[k])
+        return model.greedy_generate(t.eval(), prompts)
+    assert torch.equal(graded_answers, own(graded / "artifacts" / "teacher_ci.safetensors"))
+    assert torch.equal(visible, own(task.repo / "artifacts" / "teacher_ci.safetensors"))
+    assert not torch.equal(visible, graded_answers)
+    for m in ("config", "model"):
+        sys.modules.pop(m, None)

@@ -40,10 +40,6 @@ def test_tasks_are_discovered_by_file():
     (lambda d: (d["data"].update(grading_artifacts=["a"], artifacts={"command": "python prepare.py", "writes": ["a"],
                                                                       "scales": ["full"]}), d["data"].pop("grading")),
      "data.grading_artifacts needs data.grading"),
-    # a teacher the meter holds must not be put in a graded run's training copy
-    (lambda d: (d["data"].update(grading_artifacts=["data/train_{scale}.u8"],
-                                 artifacts={"command": "python prepare.py", "writes": ["a"], "scales": ["full"]})),
-     "which the meter holds"),
 ])
 def test_bad_task_configs_are_rejected_with_a_reason(mutate, msg):
     d = copy.deepcopy(RAW)
@@ -63,6 +59,8 @@ def test_a_fresh_graded_instance_is_declared_by_data_grading():
     assert load_task("pruning").grading_data is None
     # sft's base model depends on the instance (pretrained on its table): graded runs get the graded one's
     assert load_task("sft").grading_artifacts == ("artifacts/base_{scale}.safetensors",)
+    # a prepared model the meter holds (a teacher): made for the graded instance, served by the meter
+    assert load_task("distillation").grading_artifacts == ("artifacts/teacher_{scale}.safetensors",)
     assert load_task("optimizer").grading_artifacts == ()
 
 

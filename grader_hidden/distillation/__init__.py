@@ -1,3 +1,3 @@
 """Hidden grader of the `distillation` task (loaded by path as a package; never mounted in a sandbox)."""
 from .grader import (SPLITS, best_attainable, evaluate, evaluate_with_noise,  # noqa: F401
-                     materialize, score_completions, split, uninformative)
+                     grading_data, instance, materialize, score_completions, split, uninformative)

@@ -1,18 +1,26 @@
 """Hidden grader of the `distillation` task: exact match of the student's greedy answers.
 
 Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
-evaluate_with_noise, uninformative(model), materialize(scale, dest). metric.best is 1.0.
+evaluate_with_noise, uninformative(model), materialize(scale, dest), grading_data(scale, dest).
+metric.best is 1.0.
+
+Graded on a fresh instance (programs.draw_instance): what the agent sees, the committed prompts, the
+validation answers, the teacher's ground-truth set and the teacher prepared on it, follows the visible
+rules; a graded run's meter serves a teacher that the repo's own prepare.py trained on the graded
+instance's ground-truth set (grading_data, from the secret `instance` seed), and the hidden selection
+and test prompts are answered by that instance. Rules read off the visible answers are the wrong rules.
 """
 from __future__ import annotations
 
 import os
-import hashlib
 import math
 from pathlib import Path
 
 import numpy as np
 import torch
 import yaml
+
+from ai4ai.hidden import write_splits
 
 from . import programs as P
 
@@ -31,9 +39,16 @@ def _secrets() -> dict:
     return yaml.safe_load((HERE / "secrets.yaml").read_text())
 
 
+def instance(which: str = "graded") -> P.Instance:
+    """The visible instance (the agent's files and teacher) or the graded one (a fresh instance)."""
+    return P.VISIBLE if which == "visible" else P.draw_instance(_secrets()["instance"])
+
+
 def split(name: str, cfg=None) -> tuple[np.ndarray, np.ndarray]:
-    """A hidden split: (prompts [N, PROMPT_W], answers [N, ANSWER_W]) uint8, from its secret seed."""
-    return P.sample(SPLITS[name], _secrets()[name])
+    """A hidden split: (prompts [N, PROMPT_W], answers [N, ANSWER_W]) uint8, from its secret seed. The
+    selection and test prompts are answered by the graded instance; the validation split (committed
+    as data/val.u8) by the visible one."""
+    return P.sample(SPLITS[name], _secrets()[name], instance("visible" if name == "validation" else "graded"))
 
 
 @torch.no_grad()
@@ -102,18 +117,21 @@ def best_attainable(split, cfg=None) -> float:
     return 1.0
 
 
-def materialize(scale: str, dest: Path) -> dict:
-    """Write train_<scale>.u8 (prompts only), val.u8 and teacher_train.u8 (labelled) into dest."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
+def _files(scale: str, inst: P.Instance) -> dict:
     s = _secrets()
-    train_prompts, _ = P.sample(TRAIN_PROMPTS[scale], s[f"train_{scale}"])
-    files = {f"train_{scale}.u8": train_prompts,
-             "val.u8": np.concatenate(P.sample(SPLITS["validation"], s["validation"]), axis=1),
-             "teacher_train.u8": np.concatenate(P.sample(TEACHER_TRAIN, s["teacher_train"]), axis=1)}
-    sums = {}
-    for name, arr in files.items():
-        raw = np.ascontiguousarray(arr).tobytes()
-        (dest / name).write_bytes(raw)
-        sums[name] = hashlib.sha256(raw).hexdigest()
-    return sums
+    return {f"train_{scale}.u8": P.sample(TRAIN_PROMPTS[scale], s[f"train_{scale}"], inst)[0],
+            "val.u8": np.concatenate(P.sample(SPLITS["validation"], s["validation"], inst), axis=1),
+            "teacher_train.u8": np.concatenate(P.sample(TEACHER_TRAIN, s["teacher_train"], inst), axis=1)}
+
+
+def materialize(scale: str, dest: Path) -> dict:
+    """Write train_<scale>.u8 (prompts only), val.u8 and teacher_train.u8 (labelled) of the visible
+    instance into dest."""
+    return write_splits(dest, _files(scale, instance("visible")))
+
+
+def grading_data(scale: str, dest: Path) -> dict:
+    """The same files of the graded instance, from the same seeds: the meter serves its training
+    prompts, and the repo's own prepare step trains the graded run's teacher on its ground-truth set
+    (data.grading_artifacts) and reports that teacher's exact match on its val.u8."""
+    return write_splits(dest, _files(scale, instance("graded")))

@@ -1,12 +1,21 @@
 """The hidden task of `distillation`: list transformations named by three instruction codes.
 
 A prompt is  <pad>.. BOS f g o x_1 .. x_L SEP  (left-padded to PROMPT_W) with L in
-[MIN_LEN, MAX_LEN] digits. The answer is o(g(f(x))) followed by EOS, where f and g are each
-one of: none, dedupe (keep one occurrence of each value), keep evens, keep odds, keep
-high (>= 5), keep low (< 5); and o orders the result ascending or descending. This file lives only in grader_hidden/: the repo holds materialized prompts (and
-the teacher's ground-truth training set), never the rule that labels them.
+[MIN_LEN, MAX_LEN] digits. The answer is o(g(f(x))) followed by EOS. What each code means is an
+*instance* of the task:
+- the visible instance (what the agent sees: the committed prompts, the validation answers and the
+  teacher trained on them): f and g are each one of none, dedupe (keep one occurrence of each value),
+  keep evens, keep odds, keep high (>= 5), keep low (< 5); o orders the result ascending or descending;
+- a drawn instance (`draw_instance`, the graded one from a secret seed): the six step codes take the
+  roles none, dedupe and four filters in a drawn order, each filter keeps a drawn set of five digits,
+  and o sorts by a drawn order of the ten digits (ascending or descending).
+This file lives only in grader_hidden/: the repo holds materialized prompts (and the teacher's
+ground-truth training set), never the rule that labels them.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 
@@ -23,27 +32,46 @@ ANSWER_W = MAX_LEN + 1           # answer + EOS
 N_DIGITS = 10
 
 
-def apply_step(op: str, xs: list) -> list:
-    if op == "D":
-        seen, out = set(), []
-        for x in xs:
-            if x not in seen:
-                seen.add(x)
-                out.append(x)
-        return out
-    keep = {"E": lambda x: x % 2 == 0, "O": lambda x: x % 2 == 1,
-            "H": lambda x: x >= 5, "W": lambda x: x < 5}.get(op)
-    return [x for x in xs if keep(x)] if keep else list(xs)
+@dataclass(frozen=True)
+class Instance:
+    """What the codes mean. steps: step code -> "none" | "dedupe" | the frozenset of digits a filter
+    keeps; rank[d]: digit d's place in the order that A sorts by (ascending) and Z reverses."""
+    steps: dict
+    rank: tuple
 
 
-def transform(f: str, g: str, o: str, xs: list) -> list:
-    return sorted(apply_step(g, apply_step(f, xs)), reverse=(o == "Z"))
+VISIBLE = Instance(steps={"N": "none", "D": "dedupe", "E": frozenset(range(0, 10, 2)),
+                          "O": frozenset(range(1, 10, 2)), "H": frozenset(range(5, 10)),
+                          "W": frozenset(range(5))},
+                   rank=tuple(range(N_DIGITS)))
 
 
-def sample(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def draw_instance(seed: int) -> Instance:
+    """A fresh instance of the family: the step codes' roles in a drawn order, four filters each
+    keeping a different drawn half of the digits, and a drawn order of the digits."""
+    rng = np.random.default_rng(seed)
+    codes = [STEPS[i] for i in rng.permutation(len(STEPS))]
+    halves = list(combinations(range(N_DIGITS), N_DIGITS // 2))
+    kept = [frozenset(halves[i]) for i in rng.choice(len(halves), size=4, replace=False)]
+    return Instance(steps={codes[0]: "none", codes[1]: "dedupe", **dict(zip(codes[2:], kept))},
+                    rank=tuple(int(r) for r in np.argsort(rng.permutation(N_DIGITS))))
+
+
+def apply_step(op: str, xs: list, inst: Instance = VISIBLE) -> list:
+    role = inst.steps[op]
+    if role == "dedupe":
+        return list(dict.fromkeys(xs))
+    return list(xs) if role == "none" else [x for x in xs if x in role]
+
+
+def transform(f: str, g: str, o: str, xs: list, inst: Instance = VISIBLE) -> list:
+    return sorted(apply_step(g, apply_step(f, xs, inst), inst), key=inst.rank.__getitem__, reverse=(o == "Z"))
+
+
+def sample(n: int, seed: int, inst: Instance = VISIBLE) -> tuple[np.ndarray, np.ndarray]:
     """n prompts [n, PROMPT_W] (PAD left: every prompt ends at the same position) and answers
-    [n, ANSWER_W] (EOS then PAD right), uint8. Every answer holds at least one item: a draw
-    whose answer would be empty is redrawn (program and list)."""
+    [n, ANSWER_W] (EOS then PAD right), uint8, answered by `inst`. Every answer holds at least one
+    item: a draw whose answer would be empty is redrawn (program and list)."""
     rng = np.random.default_rng(seed)
     prompts = np.full((n, PROMPT_W), PAD, dtype=np.uint8)
     answers = np.full((n, ANSWER_W), PAD, dtype=np.uint8)
@@ -52,7 +80,7 @@ def sample(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
             a, b = STEPS[rng.integers(len(STEPS))], STEPS[rng.integers(len(STEPS))]
             c = ORDERS[rng.integers(len(ORDERS))]
             xs = [int(v) for v in rng.integers(0, N_DIGITS, size=rng.integers(MIN_LEN, MAX_LEN + 1))]
-            ys = transform(a, b, c, xs)
+            ys = transform(a, b, c, xs, inst)
             if ys:
                 break
         p = [BOS, OPS[a], OPS[b], OPS[c]] + [DIGIT0 + x for x in xs] + [SEP]

@@ -22,32 +22,30 @@ REPO = Path(__file__).resolve().parent
 
 
 def data_dir() -> Path:
-    # The grader may point at a cache holding large (full-scale) splits.
+    # The grader may point at a folder of its own: the large (full-scale) splits, or the files of the
+    # instance a graded run is given (a fresh instance).
     return Path(os.environ.get("DISTILLATION_DATA_DIR", REPO / "data"))
 
 
-def _checksums() -> dict:
-    """sha256 of each file: data/SHA256SUMS, plus the grader's cache listing for full-scale splits."""
-    sums = {}
-    for listing in dict.fromkeys([REPO / "data" / "SHA256SUMS", data_dir() / "SHA256SUMS"]):
-        if listing.exists():
-            for line in listing.read_text().splitlines():
-                digest, name = line.split()
-                sums.setdefault(name, digest)      # the repo's own listing wins
-    return sums
+def _listing(folder: Path) -> dict:
+    """sha256 of each file named in folder/SHA256SUMS."""
+    listing = folder / "SHA256SUMS"
+    if not listing.exists():
+        return {}
+    return {name: digest for digest, name in (line.split() for line in listing.read_text().splitlines())}
 
 
 def load_rows(name: str, width: int) -> torch.Tensor:
-    """`data/<name>.u8` as int64 [N, width], after checking its sha256."""
+    """`<name>.u8` as int64 [N, width], after checking its sha256 against the SHA256SUMS beside it."""
     path = data_dir() / f"{name}.u8"
     if not path.exists():
         path = REPO / "data" / f"{name}.u8"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing (the grader's training run has no validation data)")
     raw = path.read_bytes()
-    expected = _checksums().get(path.name)
+    expected = _listing(path.parent).get(path.name)
     if expected is None or hashlib.sha256(raw).hexdigest() != expected:
-        raise RuntimeError(f"{path}: checksum does not match data/SHA256SUMS")
+        raise RuntimeError(f"{path}: checksum does not match the SHA256SUMS beside it")
     arr = np.frombuffer(raw, dtype=np.uint8).reshape(-1, width)
     return torch.from_numpy(arr.astype(np.int64))
 

@@ -1,20 +1,28 @@
-"""Open route, measured: a task whose labels come from a few public rules can be written down.
+"""Knowledge of the visible instance, written into the patch: distillation is graded on a fresh instance.
 
 distillation's answers are o(g(f(x))) for six list steps f, g and two orders o. A submission can read
 the rules off the validation answers, write them into train.py (15 lines, below) and train the student
-on pairs it makes from them, drawing no metered prompt and no teacher token. Graded at ci through the
-real harness on 2026-12-03 (AMD EPYC), twice, with different training seeds: 0.182 (exact match 0.324)
-and 0.093 (0.239), against the shipped 0.256: at ci its gain is within the student's seed-to-seed
-spread on made data. At smoke it is not: 0.425 on grader seeds 0, 1, 2 (exact match 0.792, 0.893,
-0.844 against the shipped 0.754; AMD EPYC, 2026-12-03). The route is open; no grading of it is
-asserted here, since the task, not the harness, has to change to close it.
+on pairs it makes from them, drawing no metered prompt and no teacher token. Graded on the instance it
+was read from (AMD EPYC, 2026-12-03, real `python -m ai4ai.grade`): at ci 0.182 and 0.093 (exact match
+0.324 and 0.239, against the shipped 0.256), within the student's seed spread there; at smoke 0.425 on
+grader seeds 0, 1, 2 (exact match 0.792, 0.893, 0.844 against the shipped 0.754), as high as the
+shipped recipe's best tuning points, with no teacher token drawn.
 
-Grading on a fresh instance would not close it: re-drawing which code means which rule leaves 1,440
-draws, which a handful of metered teacher answers identify. Closing it is a change of the task (labels
-from a function too large to write down, as sft's 936-fact table). The test below keeps the probe
-honest: its rules are the grader's, and its patch passes the information check.
+Now a graded run is given another instance of the rule family (grader.grading_data, from the secret
+`instance` seed: which step code does what, which half of the digits each filter keeps, the order of
+the digits), and its meter serves a teacher that the repo's own prepare.py trained on that instance's
+labelled set (data.grading_artifacts, held by the meter: training.build_meter_copy). The hidden prompts
+are answered by that instance, so the rules in the patch are the wrong rules: they answer about 5% of
+the graded prompts right (the single-item answers whose filters happen to agree).
+
+What stays open: a submission that identifies the graded instance from metered teacher answers, with
+the family's shape guessed from the visible one, buys its information through the budget, the task's
+own channel; that is distillation with a strong prior, not knowledge carried in the patch.
 """
-from .conftest import grader_modules, information_rejections
+import numpy as np
+import pytest
+
+from .conftest import assert_gains_nothing, grade_train_py, grader_modules, information_rejections, needs_bwrap
 
 RULES = '''
 # ----------------------------------------------------------------------------- the rules, written down
@@ -68,9 +76,9 @@ def rules_in_the_patch(train_py: str) -> str:
     return train_py
 
 
-def test_the_rules_answer_as_the_hidden_programs_do(tmp_path):
-    """The probe's rules are the grader's: on the hidden validation split they give every answer, and
-    the patch passes the information check."""
+def test_the_rules_answer_as_the_visible_instance_does(tmp_path):
+    """The probe's rules are the visible instance's: on the validation split (committed as data/val.u8)
+    they give every answer, and the patch passes the information check."""
     import torch
     task, g, programs = grader_modules("distillation", "grader", "programs")
     new = rules_in_the_patch((task.repo / "train.py").read_text())
@@ -88,8 +96,178 @@ def test_the_rules_answer_as_the_hidden_programs_do(tmp_path):
     for p, a in zip(prompts.tolist(), answers.tolist()):
         f, gg, o, xs = rules(p)
         assert sorted(scope["_step"](gg, scope["_step"](f, xs)), reverse=(o == "Z")) == [t - 4 for t in a[:a.index(3)]]
-    # and the pairs it makes are in the split's layout, answered as the hidden programs answer
+    # and the pairs it makes are in the split's layout, answered as the visible instance answers
     made_p, made_a = scope["made_pairs"](300, torch.Generator().manual_seed(0))
     for p, a in zip(made_p.tolist(), made_a.tolist()):
         assert p[-1] == 2 and not any(p[:p.index(1)]) and 3 <= len(rules(p)[3]) <= programs.MAX_LEN
         assert [programs.DIGIT0 + y for y in programs.transform(*rules(p))] + [3] == a[:a.index(3) + 1]
+
+
+def _parse(programs, row):
+    row = [int(t) for t in row]
+    b, inv = row.index(programs.BOS), {v: k for k, v in programs.OPS.items()}
+    return inv[row[b + 1]], inv[row[b + 2]], inv[row[b + 3]], [t - programs.DIGIT0 for t in row[b + 4:-1]]
+
+
+def _answer(programs, row):
+    row = [int(t) for t in row]
+    return [t - programs.DIGIT0 for t in row[:row.index(programs.EOS)]]
+
+
+def test_the_graded_instance_is_not_the_visible_one():
+    """The hidden selection and test prompts, and a graded run's training files, follow the graded
+    instance, which the visible rules answer about 5% of the time; the agent's files follow the visible one."""
+    import numpy as np
+    task, g, programs = grader_modules("distillation", "grader", "programs")
+    visible, graded = g.instance("visible"), g.instance("graded")
+    assert visible == programs.VISIBLE and graded != visible
+    assert sorted(r for r in graded.steps.values() if isinstance(r, str)) == ["dedupe", "none"]
+    assert sorted(graded.rank) == list(range(10)) and graded.rank != visible.rank
+    sel_p, sel_a = g.split("selection")
+    right = {name: np.mean([programs.transform(*_parse(programs, p), inst) == _answer(programs, a)
+                            for p, a in zip(sel_p, sel_a)]) for name, inst in (("visible", visible), ("graded", graded))}
+    assert right["graded"] == 1.0 and right["visible"] < 0.1, right
+    # the agent's validation split is the visible instance's, byte for byte
+    val = np.concatenate(g.split("validation"), axis=1)
+    assert (task.repo / "data" / "val.u8").read_bytes() == val.tobytes()
+    # a graded run's ground-truth set (the graded teacher's) follows the graded instance
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as d:
+        sums = g.grading_data("ci", Path(d))
+        assert set(sums) == {"train_ci.u8", "val.u8", "teacher_train.u8"}
+        rows = np.frombuffer((Path(d) / "teacher_train.u8").read_bytes(), np.uint8).reshape(-1, programs.PROMPT_W + programs.ANSWER_W)
+        assert sums["teacher_train.u8"] != g.materialize("ci", Path(d) / "visible")["teacher_train.u8"]
+    assert all(programs.transform(*_parse(programs, r[:programs.PROMPT_W]), graded) == _answer(programs, r[programs.PROMPT_W:])
+               for r in rows[:500])
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_the_visible_rules_in_the_patch_gain_nothing(compose_cfg, tmp_path):
+    """Graded at smoke, where the route was open (0.425 before the fresh instance). The tolerance is
+    the shipped algorithm's noise for the mean of three seeds at smoke (0.118 sigma per seed on the
+    last record: 0.068), rounded up to 0.1."""
+    task, = grader_modules("distillation")
+    new = rules_in_the_patch((task.repo / "train.py").read_text())
+    assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "visible rules", scale="smoke"), tolerance=0.1)
+
+
+# ------------------------------------------------------------------------------------------------------
+# The route that stays open, measured: the family's shape written into the patch, the graded instance
+# identified from the teacher's answers to the training prompts (metered), then pairs made from it.
+
+IDENTIFY = '''
+# ----------------------------------------------------------------------------- the family, identified
+# The visible answers show the family's shape: each step code is none, dedupe or a filter keeping a set
+# of digits; an order code sorts by an order of the digits, ascending (A) or descending (Z). Which
+# member the teacher follows is read off its answers; then pairs are made from it, without the teacher.
+from config import ANSWER_W, PROMPT_W
+
+
+def _parse(p):
+    b = p.index(1)
+    return p[b + 1] - 14, p[b + 2] - 14, p[b + 3] - 14, [t - 4 for t in p[b + 4:p.index(2)]]
+
+
+def identify(prompts, completions):
+    """(role of each step code: "none", "dedupe" or the set of digits it keeps; rank of each digit)."""
+    seen = [[0] * 10 for _ in range(6)]           # digit d in an answer to a prompt that uses step code s
+    dup = [0] * 6                                 # answers with a repeated item, by step code
+    beats = [[0] * 10 for _ in range(10)]         # a before b in an ascending answer
+    for p, c in zip(prompts.tolist(), completions.tolist()):
+        f, g, o, xs = _parse(p)
+        if 3 not in c or not (0 <= f < 6 and 0 <= g < 6 and o in (6, 7)):
+            continue
+        ys = [t - 4 for t in c[:c.index(3)]]
+        if not all(0 <= y < 10 for y in ys):
+            continue
+        for s in {f, g}:
+            for y in ys:
+                seen[s][y] += 1
+            dup[s] += len(set(ys)) < len(ys)
+        seq = ys if o == 6 else ys[::-1]
+        for i, a in enumerate(seq):
+            for b in seq[i + 1:]:
+                beats[a][b] += a != b
+    order = sorted(range(10), key=lambda d: -sum(beats[d][e] > beats[e][d] for e in range(10)))
+    roles = [{d for d in range(10) if seen[s][d] >= 2} for s in range(6)]
+    full = sorted((s for s in range(6) if len(roles[s]) == 10), key=lambda s: -dup[s])
+    for s, role in zip(full, ("none", "dedupe")):
+        roles[s] = role
+    return roles, [order.index(d) for d in range(10)]
+
+
+def _step(role, xs):
+    if role == "dedupe":
+        return list(dict.fromkeys(xs))
+    return list(xs) if role == "none" else [x for x in xs if x in role]
+
+
+def made_pairs(roles, rank, n, gen):
+    """n prompts in the split's layout and the identified member's answers to them."""
+    prompts = torch.zeros(n, PROMPT_W, dtype=torch.long)
+    answers = torch.zeros(n, ANSWER_W, dtype=torch.long)
+    i = 0
+    while i < n:
+        f, g, o = (int(v) for v in torch.randint(6, (3,), generator=gen))
+        o = 6 + o % 2
+        xs = torch.randint(10, (int(torch.randint(3, 8, (1,), generator=gen)),), generator=gen).tolist()
+        ys = sorted(_step(roles[g], _step(roles[f], xs)), key=rank.__getitem__, reverse=(o == 7))
+        if not ys:
+            continue
+        p = [1, 14 + f, 14 + g, 14 + o] + [4 + x for x in xs] + [2]
+        prompts[i, PROMPT_W - len(p):] = torch.tensor(p)
+        answers[i, :len(ys) + 1] = torch.tensor([4 + y for y in ys] + [3])
+        i += 1
+    return prompts, answers
+
+'''
+
+IDENTIFY_EDITS = (  # (shipped text, the probe's)
+    ("EPOCHS = 100         # passes over the distilled set",
+     "EPOCHS = 1           # one pass over pairs made by the identified rules"),
+    ("tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
+     "roles, rank = identify(prompts, completions)\n"
+     "print('identified', roles, rank, flush=True)\n"
+     "prompts, completions = made_pairs(roles, rank, 100 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))\n"
+     "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only"),
+    ("# ----------------------------------------------------------------------------- distilled set",
+     IDENTIFY + "# ----------------------------------------------------------------------------- distilled set"),
+)
+
+
+def identifier_in_the_patch(train_py: str) -> str:
+    for old, probe in IDENTIFY_EDITS:
+        assert train_py.count(old) == 1, old
+        train_py = train_py.replace(old, probe)
+    return train_py
+
+
+def test_the_identifier_recovers_the_graded_instance_from_its_answers(tmp_path):
+    """The open route's probe does what it claims: from the graded instance's answers to the graded
+    run's training prompts (here the true answers; in a graded run the teacher's, 97% right at smoke)
+    it recovers that instance, and its pairs are answered as that instance answers. The patch passes
+    the information check."""
+    import torch
+    task, g, programs = grader_modules("distillation", "grader", "programs")
+    new = identifier_in_the_patch((task.repo / "train.py").read_text())
+    assert information_rejections(task, tmp_path, new, scale="smoke") == {}
+    scope = {"torch": torch, "PROMPT_W": programs.PROMPT_W, "ANSWER_W": programs.ANSWER_W}
+    start = new.index("def _parse(p)")
+    end = new.index("# ----------------------------------------------------------------------------- distilled set")
+    exec(compile(new[start:end], "probe", "exec"), scope)
+    graded = g.instance("graded")
+    grading = g.grading_data("smoke", tmp_path / "graded")
+    assert "train_smoke.u8" in grading
+    prompts = np.frombuffer((tmp_path / "graded" / "train_smoke.u8").read_bytes(), np.uint8).reshape(-1, programs.PROMPT_W)
+    answers = np.stack([np.array(([programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p), graded)]
+                                  + [programs.EOS] + [programs.PAD] * programs.ANSWER_W)[:programs.ANSWER_W])
+                        for p in prompts])
+    roles, rank = scope["identify"](torch.from_numpy(prompts.astype(np.int64)), torch.from_numpy(answers.astype(np.int64)))
+    codes = programs.STEPS
+    assert {codes[s]: (r if isinstance(r, str) else frozenset(r)) for s, r in enumerate(roles)} == graded.steps
+    assert tuple(rank) == graded.rank
+    made_p, made_a = scope["made_pairs"](roles, rank, 300, torch.Generator().manual_seed(0))
+    for p, a in zip(made_p.tolist(), made_a.tolist()):
+        assert [programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p), graded)] + [3] == a[:a.index(3) + 1]
