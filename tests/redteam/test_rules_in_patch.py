@@ -6,18 +6,26 @@ on pairs it makes from them, drawing no metered prompt and no teacher token. Gra
 was read from (AMD EPYC, 2026-12-03, real `python -m ai4ai.grade`): at ci 0.182 and 0.093 (exact match
 0.324 and 0.239, against the shipped 0.256), within the student's seed spread there; at smoke 0.425 on
 grader seeds 0, 1, 2 (exact match 0.792, 0.893, 0.844 against the shipped 0.754), as high as the
-shipped recipe's best tuning points, with no teacher token drawn.
+shipped recipe's best tuning points, with no teacher token drawn. Those gradings made 204,800 pairs
+and passed over them once; the probe now makes 51,200 and passes four times (the same steps), since
+making 204,800 pairs in Python ran past the graded run's CPU cap on a shared host.
 
 Now a graded run is given another instance of the rule family (grader.grading_data, from the secret
 `instance` seed: which step code does what, which half of the digits each filter keeps, the order of
 the digits), and its meter serves a teacher that the repo's own prepare.py trained on that instance's
 labelled set (data.grading_artifacts, held by the meter: training.build_meter_copy). The hidden prompts
 are answered by that instance, so the rules in the patch are the wrong rules: they answer about 5% of
-the graded prompts right (the single-item answers whose filters happen to agree).
+the graded prompts right (the single-item answers whose filters happen to agree). Graded at smoke on
+2026-12-03 (AMD EPYC) by the slow test below: 0.007, exact match 0.067, 0.050, 0.055 against the
+shipped 0.765, every seed trained to its end.
 
-What stays open: a submission that identifies the graded instance from metered teacher answers, with
-the family's shape guessed from the visible one, buys its information through the budget, the task's
-own channel; that is distillation with a strong prior, not knowledge carried in the patch.
+What stays open (measured, not asserted: no mechanism here closes it): the family's shape written into
+the patch, the graded instance identified from the teacher's answers to the training prompts (metered),
+then 51,200 pairs made from it and the shipped run's steps (`identifier_in_the_patch` below). Graded at
+smoke on 2026-12-03 (AMD EPYC, grader seeds 0, 1, 2) it recovered the graded instance exactly from the
+real teacher's answers and scored 0.533 [0.525, 0.548], exact match 0.876, 0.876, 0.882 against the
+shipped 0.765: its information comes through the budget, but its data from a hand-written labelling
+rule. Closing it needs a graded family with kinds of step the visible instance does not show.
 """
 import numpy as np
 import pytest
@@ -60,10 +68,10 @@ def made_pairs(n, gen):
 
 EDITS = (  # (shipped text, the probe's)
     ("EPOCHS = 100         # passes over the distilled set",
-     "EPOCHS = 1           # one pass over pairs made by the rules"),
+     "EPOCHS = 4           # passes over pairs made by the rules (the shipped steps)"),
     ("prompts = split.get(torch.arange(len(split)))                    # every training prompt, once\n"
      "completions = torch.cat([teacher.generate(prompts[i:i + 1024]) for i in range(0, len(prompts), 1024)])",
-     "prompts, completions = made_pairs(100 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))"),
+     "prompts, completions = made_pairs(25 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))"),
     ("# ----------------------------------------------------------------------------- distilled set",
      RULES + "# ----------------------------------------------------------------------------- distilled set"),
 )
@@ -226,11 +234,11 @@ def made_pairs(roles, rank, n, gen):
 
 IDENTIFY_EDITS = (  # (shipped text, the probe's)
     ("EPOCHS = 100         # passes over the distilled set",
-     "EPOCHS = 1           # one pass over pairs made by the identified rules"),
+     "EPOCHS = 4           # passes over pairs made by the identified rules (the shipped steps)"),
     ("tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
      "roles, rank = identify(prompts, completions)\n"
      "print('identified', roles, rank, flush=True)\n"
-     "prompts, completions = made_pairs(roles, rank, 100 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))\n"
+     "prompts, completions = made_pairs(roles, rank, 25 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))\n"
      "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only"),
     ("# ----------------------------------------------------------------------------- distilled set",
      IDENTIFY + "# ----------------------------------------------------------------------------- distilled set"),
