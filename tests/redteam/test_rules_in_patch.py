@@ -125,7 +125,6 @@ def _answer(programs, row):
 def test_the_graded_instance_is_not_the_visible_one():
     """The hidden selection and test prompts, and a graded run's training files, follow the graded
     instance, which the visible rules answer about 5% of the time; the agent's files follow the visible one."""
-    import numpy as np
     task, g, programs = grader_modules("distillation", "grader", "programs")
     visible, graded = g.instance("visible"), g.instance("graded")
     assert visible == programs.VISIBLE and graded != visible
