@@ -256,7 +256,9 @@ def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Pa
     their repo-relative paths. A graded run's training copy holds them in place of the visible
     instance's (training.build_training_copy); the agent's own runs keep the committed ones.
     `graded`: the graded instance's files (grading_mounts' folder), when the caller has them."""
-    if not task.grading_artifacts or task.model_path:    # your own model is the base: no instance in it
+    # with your own model the derived task keeps the artifacts step only where its output is used beside
+    # your model (distillation's teacher, which depends on the instance); elsewhere yours replaces it
+    if not task.grading_artifacts or task.artifacts is None:
         return None
     if graded is None:
         graded = grading_mounts(task, scale, cache_root)[0][0].host
@@ -366,7 +368,7 @@ def prepare(task: Task, scale: str, device: str, progress: bool = True, cache_ro
     t0 = time.monotonic()
     # at full, the graded instance's prepared models too (on the device), so the first grading does
     # not wait for them; at ci and smoke the first grading makes them (about 90 s on one CPU thread)
-    graded = scale == "full" and bool(task.grading_artifacts) and not task.model_path
+    graded = scale == "full" and bool(task.grading_artifacts) and task.artifacts is not None
     todo = [p for p, need in (("data", needs_data(task, scale)), ("artifacts", needs_artifacts(task, scale)),
                               ("graded instance", graded)) if need]
     if not todo:

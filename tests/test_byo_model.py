@@ -381,3 +381,10 @@ def test_the_repos_own_prepared_model_is_not_asked_for_on_yours(task_name, keeps
     derived = models.with_model(replace(task, model_path=str(saved[arch])))
     assert derived.repo == repo
     assert needs_artifacts(derived, "full") is keeps
+    # a graded run on your model is still served the graded instance's prepared model where it is used
+    # beside yours (distillation's teacher); elsewhere yours replaces it, so nothing is made
+    from ai4ai import preparing
+    made = []
+    monkeypatch.setattr(preparing, "_build_cached", lambda dest, what, make: made.append(what) or dest)
+    preparing.graded_artifacts(derived, "ci", graded=tmp_path)
+    assert bool(made) is (keeps and bool(task.grading_artifacts)), made
