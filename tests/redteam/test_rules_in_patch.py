@@ -32,22 +32,15 @@ import pytest
 
 from .conftest import assert_gains_nothing, grade_train_py, grader_modules, information_rejections, needs_bwrap
 
-RULES = '''
-# ----------------------------------------------------------------------------- the rules, written down
-# Read off the validation answers: f and g each keep or drop items (N none, D dedupe, E evens, O odds,
-# H >= 5, W < 5), then o sorts ascending (A) or descending (Z).
-from config import ANSWER_W, PROMPT_W
-
-
-def _step(op, xs):
-    if op == "D":
+PAIRS = '''
+def _step(role, xs):
+    if role == "dedupe":
         return list(dict.fromkeys(xs))
-    keep = {"E": lambda x: x % 2 == 0, "O": lambda x: x % 2 == 1, "H": lambda x: x >= 5, "W": lambda x: x < 5}.get(op)
-    return [x for x in xs if keep(x)] if keep else list(xs)
+    return list(xs) if role == "none" else [x for x in xs if x in role]
 
 
-def made_pairs(n, gen):
-    """n prompts in the split's layout and the rules' answers to them."""
+def made_pairs(roles, rank, n, gen):
+    """n prompts in the split's layout and the answers of the member (roles, rank) to them."""
     prompts = torch.zeros(n, PROMPT_W, dtype=torch.long)
     answers = torch.zeros(n, ANSWER_W, dtype=torch.long)
     i = 0
@@ -55,7 +48,7 @@ def made_pairs(n, gen):
         f, g, o = (int(v) for v in torch.randint(6, (3,), generator=gen))
         o = 6 + o % 2
         xs = torch.randint(10, (int(torch.randint(3, 8, (1,), generator=gen)),), generator=gen).tolist()
-        ys = sorted(_step("NDEOHW"[g], _step("NDEOHW"[f], xs)), reverse=(o == 7))
+        ys = sorted(_step(roles[g], _step(roles[f], xs)), key=rank.__getitem__, reverse=(o == 7))
         if not ys:
             continue
         p = [1, 14 + f, 14 + g, 14 + o] + [4 + x for x in xs] + [2]
@@ -63,15 +56,27 @@ def made_pairs(n, gen):
         answers[i, :len(ys) + 1] = torch.tensor([4 + y for y in ys] + [3])
         i += 1
     return prompts, answers
-
 '''
+
+RULES = '''
+# ----------------------------------------------------------------------------- the rules, written down
+# Read off the validation answers: f and g each keep or drop items (N none, D dedupe, E evens, O odds,
+# H >= 5, W < 5), then o sorts ascending (A) or descending (Z).
+from config import ANSWER_W, PROMPT_W
+
+
+ROLES = ["none", "dedupe", {0, 2, 4, 6, 8}, {1, 3, 5, 7, 9}, {5, 6, 7, 8, 9}, {0, 1, 2, 3, 4}]  # N D E O H W
+RANK = list(range(10))
+
+
+''' + PAIRS
 
 EDITS = (  # (shipped text, the probe's)
     ("EPOCHS = 100         # passes over the distilled set",
      "EPOCHS = 4           # passes over pairs made by the rules (the shipped steps)"),
     ("prompts = split.get(torch.arange(len(split)))                    # every training prompt, once\n"
      "completions = torch.cat([teacher.generate(prompts[i:i + 1024]) for i in range(0, len(prompts), 1024)])",
-     "prompts, completions = made_pairs(25 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))"),
+     "prompts, completions = made_pairs(ROLES, RANK, 25 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))"),
     ("# ----------------------------------------------------------------------------- distilled set",
      RULES + "# ----------------------------------------------------------------------------- distilled set"),
 )
@@ -92,23 +97,22 @@ def test_the_rules_answer_as_the_visible_instance_does(tmp_path):
     new = rules_in_the_patch((task.repo / "train.py").read_text())
     assert information_rejections(task, tmp_path, new) == {}
     scope = {"torch": torch, "PROMPT_W": programs.PROMPT_W, "ANSWER_W": programs.ANSWER_W}
-    start, end = new.index("def _step"), new.index("# ----------------------------------------------------------------------------- distilled set")
+    start = new.index("ROLES = ")
+    end = new.index("# ----------------------------------------------------------------------------- distilled set")
     exec(compile(new[start:end], "probe", "exec"), scope)
-    ops = "NDEOHWAZ"
+    roles, rank, steps = scope["ROLES"], scope["RANK"], programs.STEPS
 
-    def rules(p):
-        body = p[p.index(1) + 1:p.index(2)]
-        f, gg, o, xs = ops[body[0] - 14], ops[body[1] - 14], ops[body[2] - 14], [t - 4 for t in body[3:]]
-        return f, gg, o, xs
+    def rules(f, gg, o, xs):
+        return sorted(scope["_step"](roles[steps.index(gg)], scope["_step"](roles[steps.index(f)], xs)),
+                      key=rank.__getitem__, reverse=(o == "Z"))
     prompts, answers = g.split("validation")
-    for p, a in zip(prompts.tolist(), answers.tolist()):
-        f, gg, o, xs = rules(p)
-        assert sorted(scope["_step"](gg, scope["_step"](f, xs)), reverse=(o == "Z")) == [t - 4 for t in a[:a.index(3)]]
+    for p, a in zip(prompts, answers):
+        assert rules(*_parse(programs, p)) == _answer(programs, a)
     # and the pairs it makes are in the split's layout, answered as the visible instance answers
-    made_p, made_a = scope["made_pairs"](300, torch.Generator().manual_seed(0))
+    made_p, made_a = scope["made_pairs"](roles, rank, 300, torch.Generator().manual_seed(0))
     for p, a in zip(made_p.tolist(), made_a.tolist()):
-        assert p[-1] == 2 and not any(p[:p.index(1)]) and 3 <= len(rules(p)[3]) <= programs.MAX_LEN
-        assert [programs.DIGIT0 + y for y in programs.transform(*rules(p))] + [3] == a[:a.index(3) + 1]
+        assert p[-1] == 2 and not any(p[:p.index(1)]) and 3 <= len(_parse(programs, p)[3]) <= programs.MAX_LEN
+        assert [programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p))] + [3] == a[:a.index(3) + 1]
 
 
 def _parse(programs, row):
@@ -205,31 +209,7 @@ def identify(prompts, completions):
     return roles, [order.index(d) for d in range(10)]
 
 
-def _step(role, xs):
-    if role == "dedupe":
-        return list(dict.fromkeys(xs))
-    return list(xs) if role == "none" else [x for x in xs if x in role]
-
-
-def made_pairs(roles, rank, n, gen):
-    """n prompts in the split's layout and the identified member's answers to them."""
-    prompts = torch.zeros(n, PROMPT_W, dtype=torch.long)
-    answers = torch.zeros(n, ANSWER_W, dtype=torch.long)
-    i = 0
-    while i < n:
-        f, g, o = (int(v) for v in torch.randint(6, (3,), generator=gen))
-        o = 6 + o % 2
-        xs = torch.randint(10, (int(torch.randint(3, 8, (1,), generator=gen)),), generator=gen).tolist()
-        ys = sorted(_step(roles[g], _step(roles[f], xs)), key=rank.__getitem__, reverse=(o == 7))
-        if not ys:
-            continue
-        p = [1, 14 + f, 14 + g, 14 + o] + [4 + x for x in xs] + [2]
-        prompts[i, PROMPT_W - len(p):] = torch.tensor(p)
-        answers[i, :len(ys) + 1] = torch.tensor([4 + y for y in ys] + [3])
-        i += 1
-    return prompts, answers
-
-'''
+''' + PAIRS
 
 IDENTIFY_EDITS = (  # (shipped text, the probe's)
     ("EPOCHS = 100         # passes over the distilled set",
