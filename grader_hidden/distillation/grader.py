@@ -25,9 +25,10 @@ from ai4ai.hidden import write_splits
 from . import programs as P
 
 HERE = Path(__file__).resolve().parent
-SPLITS = {"selection": 4000, "test": 50000, "validation": 2000}   # prompts
+SPLITS = {"selection": 4000, "test": 100_000, "validation": 2000}   # prompts (test: 100,000 since the
+# retune put the shipped run at 0.88 exact match, where 50,000 prompts moved sigma by 0.0115)
 TEACHER_TRAIN = 40_000                                            # labelled, for prepare.py only
-TRAIN_PROMPTS = {"ci": 512, "smoke": 2_048, "full": 262_144}       # prompts only
+TRAIN_PROMPTS = {"ci": 512, "smoke": 2_048, "full": 131_072}       # prompts only (config.py budget_prompts)
 if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_PROMPTS = {**TRAIN_PROMPTS, "full": 128}
     # the hidden splits too: evaluation in seconds. Not the validation split: val.u8 is committed with its
