@@ -8,7 +8,9 @@ was read from (AMD EPYC, 2026-12-03, real `python -m ai4ai.grade`): at ci 0.182 
 grader seeds 0, 1, 2 (exact match 0.792, 0.893, 0.844 against the shipped 0.754), as high as the
 shipped recipe's best tuning points, with no teacher token drawn. Those gradings made 204,800 pairs
 and passed over them once; the probe now makes 51,200 and passes four times (the same steps), since
-making 204,800 pairs in Python ran past the graded run's CPU cap on a shared host.
+making 204,800 pairs in Python ran past the graded run's CPU cap on a shared host. Since the shipped
+recipe was retuned (200 epochs at LR 2.4e-2), the probes pass eight times over those pairs, the shipped
+steps again; the numbers in this docstring were measured before that retune.
 
 Now a graded run is given another instance of the rule family (grader.grading_data, from the secret
 `instance` seed: which step code does what, which half of the digits each filter keeps, the order of
@@ -72,8 +74,8 @@ RANK = list(range(10))
 ''' + PAIRS
 
 EDITS = (  # (shipped text, the probe's)
-    ("EPOCHS = 100         # passes over the distilled set",
-     "EPOCHS = 4           # passes over pairs made by the rules (the shipped steps)"),
+    ("EPOCHS = 200         # passes over the distilled set",
+     "EPOCHS = 8           # passes over pairs made by the rules (the shipped steps)"),
     ("prompts = split.get(torch.arange(len(split)))                    # every training prompt, once\n"
      "completions = torch.cat([teacher.generate(prompts[i:i + 1024]) for i in range(0, len(prompts), 1024)])",
      "prompts, completions = made_pairs(ROLES, RANK, 25 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))"),
@@ -212,8 +214,8 @@ def identify(prompts, completions):
 ''' + PAIRS
 
 IDENTIFY_EDITS = (  # (shipped text, the probe's)
-    ("EPOCHS = 100         # passes over the distilled set",
-     "EPOCHS = 4           # passes over pairs made by the identified rules (the shipped steps)"),
+    ("EPOCHS = 200         # passes over the distilled set",
+     "EPOCHS = 8           # passes over pairs made by the identified rules (the shipped steps)"),
     ("tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
      "roles, rank = identify(prompts, completions)\n"
      "print('identified', roles, rank, flush=True)\n"
