@@ -80,6 +80,8 @@ def test_committed_files_regenerate_and_match_the_repo(grader, programs, repo, t
             assert (tmp_path / name).read_bytes() == (data / name).read_bytes(), name
             assert listed[name] == digest
         assert len(repo.data.TrainingSplit(scale)) == c.get_scale(scale).budget_prompts
+    # the grader's training-prompt counts are the repo's prompt budgets, full included (not materialised here)
+    assert sys.modules[grader.__name__ + ".grader"].TRAIN_PROMPTS == {n: sc.budget_prompts for n, sc in c.SCALES.items()}
     p, a = grader.split("validation")
     assert np.concatenate([p, a], 1).tobytes() == (data / "val.u8").read_bytes()
     assert set(grader.SPLITS) >= {"selection", "test", "validation"}
