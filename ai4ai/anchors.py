@@ -26,10 +26,12 @@ from pathlib import Path
 
 import yaml
 
+from . import hostspeed
 from .console import say
 from .context import Key, RunContext
 from .evaluation import EvalSpec, run_worker
 from .grading import grade_seeds
+from .hostspeed import Speed
 from .layout import RunDir, file_lock, write_json
 from .plan import calibration_cut, calibration_estimate_s
 from .provenance import versions
@@ -126,12 +128,14 @@ class Budget:
     source: str                    # how the caps were derived, for the record
 
 
-def budget(task: Task, scale: str, record: Record | None, threads: int) -> Budget:
+def budget(task: Task, scale: str, record: Record | None, threads: int, speed: Speed | None = None) -> Budget:
     """The caps of one training run.
 
     full: the wall clock binds, cap_factor x the shipped algorithm's wall time on this device
     class. ci and smoke: compute is capped in CPU time, cap_factor x the shipped algorithm's
-    CPU time, which load does not change; the wall clock becomes a liveness net."""
+    CPU time, which load does not change; the wall clock becomes a liveness net. `speed` (this
+    host against the record's, by the hostspeed probe) scales the CPU cap, and widens the net
+    on a slower host (never narrows it)."""
     b = task.scale(scale)
     if record is None:
         return Budget(b.default_cap_s, None, "uncalibrated: default wall cap")
@@ -143,13 +147,34 @@ def budget(task: Task, scale: str, record: Record | None, threads: int) -> Budge
     else:   # a record from before CPU accounting: its wall time x threads bounds the CPU it used
         cpu = b.cap_factor * record.train_wall_s * threads
         how = f"{b.cap_factor} x shipped wall {record.train_wall_s:.1f} s x {threads} threads (record has no CPU time)"
-    return Budget(LIVENESS_FACTOR * wall_cap, round(cpu, 1), f"cpu: {how}; wall liveness net {LIVENESS_FACTOR} x {wall_cap:.0f} s")
+    net = LIVENESS_FACTOR * wall_cap
+    if speed is not None:
+        cpu, net = cpu * speed.factor, net * max(1.0, speed.factor)
+        how += (f" x host speed {speed.factor:.2f} (probe {speed.here_cpu_s:.2f} CPU-s here, "
+                f"{speed.there_cpu_s:.2f} in the record{'; clamped' if speed.clamped else ''})")
+    return Budget(net, round(cpu, 1), f"cpu: {how}; wall liveness net {LIVENESS_FACTOR} x {wall_cap:.0f} s"
+                  + (f" x {speed.factor:.2f}" if speed is not None and speed.factor > 1 else ""))
+
+
+def host_speed(ctx: RunContext, record: Record | None) -> Speed | None:
+    """This host against the one `record`'s CPU time was measured on (hostspeed), where that counts:
+    a metered scale on a CPU, and a record that stored its probe figure. None otherwise (factor 1)."""
+    if record is None or ctx.scale not in METERED_SCALES or ctx.device != "cpu":
+        return None
+    there = hostspeed.record_probe(record.raw, ctx.threads)
+    if there is None:
+        return None
+    return hostspeed.ratio(hostspeed.measure(ctx.threads)["cpu_s"], there)
 
 
 def with_budget(ctx: RunContext, record: Record | None, **changes) -> RunContext:
-    """`ctx` with the caps a training run gets under `record` (and any other fields changed)."""
-    b = budget(ctx.task, ctx.scale, record, ctx.threads)
-    return replace(ctx, cap_s=b.wall_s, cpu_cap_s=b.cpu_s, **changes)
+    """`ctx` with the caps a training run gets under `record` on this host (and any other fields changed)."""
+    speed = host_speed(ctx, record)
+    b = budget(ctx.task, ctx.scale, record, ctx.threads, speed)
+    if speed is not None and speed.factor != 1.0:
+        say(f"  host speed: probe {speed.here_cpu_s:.2f} CPU-s here, {speed.there_cpu_s:.2f} where the anchors' CPU "
+            f"time was measured: CPU cap x {speed.factor:.2f}{' (clamped)' if speed.clamped else ''}")
+    return replace(ctx, cap_s=b.wall_s, cpu_cap_s=b.cpu_s, host_speed=speed.as_dict() if speed else None, **changes)
 
 
 # --------------------------------------------------------------------------- calibration
@@ -187,6 +212,13 @@ def _provenance(ctx: RunContext, t0: float, command: str, **extra) -> dict:
             "benchmark_version_at_calibration": ctx.version, "command": command, **extra, **versions()}
 
 
+def _probe(ctx: RunContext, how: str = "with the CPU time") -> dict:
+    """The record's host_probe: this host's hostspeed figure, beside the CPU time measured here."""
+    if ctx.scale not in METERED_SCALES or ctx.device != "cpu":
+        return {}
+    return {"host_probe": {**hostspeed.measure(ctx.threads, runs=hostspeed.CALIBRATION_RUNS), "measured": how}}
+
+
 def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None) -> dict:
     """Measure the anchors of ctx's task on this device class and store them; returns the record."""
     task, b = ctx.task, ctx.task.scale(ctx.scale)
@@ -196,6 +228,7 @@ def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None) ->
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     say(f"calibrating {task.name} at {ctx.scale} on {ctx.key.device_class}: seeds {seeds}")
+    probe = _probe(ctx)
     results = _train_shipped(ctx, workdir, seeds, "during calibration")
     spec = EvalSpec(task=task.name, repo=str(workdir / "shipped" / ".pristine"), grader=str(task.grader),
                     model=task.model, scale=ctx.scale, candidates=[], direction=task.metric.direction,
@@ -226,7 +259,7 @@ def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None) ->
         "seeds": seeds, "baseline_per_seed": raws,
         "phi_std": statistics.stdev(phis),
         "test_excess_se": max(se) if se else None,
-        **_timing(results),
+        **_timing(results), **probe,
         "provenance": _provenance(ctx, t0, f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale}"),
     }
     path = store(task.grader, record)
@@ -297,6 +330,7 @@ def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
     say(f"the {task.name}/{ctx.scale} record cannot cap CPU here: {why}; measuring the shipped algorithm's "
         f"CPU time on {ctx.key.device_class} (seed {seed}, one shipped training)")
     t0 = time.monotonic()
+    probe = _probe(ctx)
     results = _train_shipped(ctx, workdir, [seed], "while measuring its CPU time")
     r0 = results[0]
     here = float(r0.raw)
@@ -308,16 +342,37 @@ def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
             f"{d_phi:.3g}, more than {tol:.3g}: half its seed-to-seed std, at least {REPRODUCE_FLOOR:g}): the anchors "
             "do not transfer; calibrating in full")
         return calibrate(ctx, workdir / "calibration")
-    kept = {k: v for k, v in rec.raw.items() if k not in ("key", "train_wall_s", "train_cpu_s", "provenance")}
+    kept = {k: v for k, v in rec.raw.items()
+            if k not in ("key", "train_wall_s", "train_cpu_s", "host_probe", "provenance")}
     anchors_from = {"device_class": rec.key.device_class, "calibrated_at": rec.raw["provenance"]["calibrated_at"],
                     "host": rec.raw["provenance"].get("host"),
                     "check": {"seed": seed, "metric_there": there, "metric_here": here}}
-    record = {"key": ctx.key.as_dict(), **kept, **_timing(results),
+    record = {"key": ctx.key.as_dict(), **kept, **_timing(results), **probe,
               "provenance": _provenance(ctx, t0, f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale} "
                                         "cpu_only=true", cpu_measured_on_seeds=[seed], anchors_from=anchors_from)}
     path = store(task.grader, record)
     say(f"CPU time stored in {path}: shipped {r0.cpu_s:.1f} CPU-s ({r0.train_s:.1f} s) on seed {seed}, whose metric "
         f"{here:.6g} reproduces the {rec.key.device_class} record's {there:.6g}; its anchors are kept")
+    return record
+
+
+def add_probe(ctx: RunContext, rec: Record) -> dict:
+    """Store this host's probe figure in `rec` (of this device class), which was calibrated without one.
+
+    The figure belongs beside the CPU time it converts, measured on the same host; a record from
+    before the probe existed gets it from a later host of its device class, and says so
+    (host_probe.measured). Recalibrating measures both together."""
+    if rec.match != "exact":
+        raise SystemExit(f"ai4ai: the {ctx.task.name}/{ctx.scale} record was measured on {rec.key.device_class}, not "
+                         f"{ctx.key.device_class}: a probe here would not describe its host; use cpu_only=true")
+    probe = _probe(ctx, how=f"after calibration (calibrated {rec.raw['provenance']['calibrated_at']} on host "
+                            f"{rec.raw['provenance'].get('host')}), on a host of the same device class")
+    if not probe:
+        raise SystemExit(f"ai4ai: the host-speed probe applies only to ci and smoke on a CPU (here: {ctx.scale}, {ctx.device})")
+    record = {**{k: v for k, v in rec.raw.items() if k != "provenance"}, **probe, "provenance": rec.raw["provenance"]}
+    path = store(ctx.task.grader, record)
+    say(f"host probe stored in {path}: {probe['host_probe']['cpu_s']:.2f} CPU-s (least of "
+        f"{probe['host_probe']['runs']}) for {ctx.task.name}/{ctx.scale} on {ctx.key.device_class}")
     return record
 
 

@@ -42,6 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import PROJECT_ROOT
 from . import anchors as anchor_store
+from . import hostspeed
 from .console import say
 from .context import UsageError, context
 from .grading import grade_seeds
@@ -211,6 +212,21 @@ def _recorded_for(result: dict, seeds: list[int]) -> float | None:
     return sum(vals) / len(vals) if len(vals) == len(seeds) else None
 
 
+def recorded_caps(setup, timing: dict):
+    """`setup` under the caps a run recorded, carried to this host: the recorded CPU cap x this host's
+    probe / the probe of the host that graded it (hostspeed). A run graded before the probe existed
+    is taken to have run at the speed of its anchors' host. Returns (setup, the Speed used or None)."""
+    cpu = float(timing["cpu_cap_s"]) if timing.get("cpu_cap_s") else None
+    wall = float(timing["cap_s"])
+    speed = None
+    here = (setup.host_speed or {}).get("probe_cpu_s_here")
+    then = (timing.get("host_speed") or {}).get("probe_cpu_s_here") or (setup.host_speed or {}).get("probe_cpu_s_record")
+    if cpu is not None and here and then:
+        speed = hostspeed.ratio(float(here), float(then))
+        cpu, wall = round(cpu * speed.factor, 1), wall * max(1.0, speed.factor)
+    return replace(setup, cap_s=wall, cpu_cap_s=cpu, host_speed=speed.as_dict() if speed else None), speed
+
+
 def regrade_run(result: dict, run_dir: Path, ctx, cfg, seeds, anchors: str, out: Path) -> dict:
     task = ctx.task
     seeds = [int(s) for s in seeds] if seeds else [int(s) for s in result["seeds"]]
@@ -235,11 +251,13 @@ def regrade_run(result: dict, run_dir: Path, ctx, cfg, seeds, anchors: str, out:
     # the caps the run was graded under, where it recorded them; else those of the current anchors
     timing = result.get("timing") or {}
     setup = anchor_store.with_budget(ctx, current)
+    carried = None
     if timing.get("cap_s"):
-        setup = replace(setup, cap_s=float(timing["cap_s"]),
-                        cpu_cap_s=float(timing["cpu_cap_s"]) if timing.get("cpu_cap_s") else None)
+        setup, carried = recorded_caps(setup, timing)
     say(f"audit: re-grading {run_dir.name} ({task.name} at {ctx.scale}, seeds {seeds}, cap {setup.cap_s:.0f} s"
-        + (f", {setup.cpu_cap_s:.0f} CPU-s" if setup.cpu_cap_s else "") + f") -> {out}")
+        + (f", {setup.cpu_cap_s:.0f} CPU-s" if setup.cpu_cap_s else "")
+        + (f": the recorded {timing['cpu_cap_s']:.0f} CPU-s x host speed {carried.factor:.2f}" if carried else "")
+        + f") -> {out}")
     # the very --seed each training process got in the run (derived from the run's secret nonce)
     replay = {c["seed"]: c["training_seed"] for c in (result.get("checkpoints") or {}).get("per_seed", [])
               if c.get("training_seed") is not None}
@@ -253,7 +271,8 @@ def regrade_run(result: dict, run_dir: Path, ctx, cfg, seeds, anchors: str, out:
     rep = {"seeds": seeds, "anchors": anchors, "status": scored.status, "reason": scored.reason,
            "score": scored.score, "score_per_seed": scored.score_per_seed, "raw_per_seed": scored.raw_per_seed,
            "score_on_current_anchors": on_current, "recorded_score": recorded, "noise_per_seed": noise,
-           "tolerance": tol, "rejected_files": sorted(sub.rejected), "difference": None}
+           "tolerance": tol, "rejected_files": sorted(sub.rejected), "difference": None,
+           "caps": {"cap_s": setup.cap_s, "cpu_cap_s": setup.cpu_cap_s, "host_speed": setup.host_speed}}
     if scored.status == "error" or result["status"] == "error":
         rep.update(agrees=None, reason=f"not comparable: recorded {result['status']}, re-grade {scored.status}"
                    + (f" ({scored.reason})" if scored.reason else ""))

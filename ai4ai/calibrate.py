@@ -2,16 +2,20 @@
 
     python -m ai4ai.calibrate task=optimizer scale=smoke [seeds=[...]]
     python -m ai4ai.calibrate task=optimizer scale=smoke cpu_only=true
+    python -m ai4ai.calibrate task=optimizer scale=smoke probe_only=true
 
 cpu_only=true keeps a stored record's anchors and measures only the shipped algorithm's CPU time on
 this machine (one seed, which must reproduce the record's metric; anchors.measure_cpu). Grading at
 smoke does this by itself when the record's CPU time is another CPU class's or missing.
+
+probe_only=true adds this host's host-speed probe figure (hostspeed) to a record of this device
+class that was calibrated before the probe existed; a full calibration measures it by itself.
 """
 import hydra
 from omegaconf import DictConfig
 
 from . import CONF_DIR
-from .anchors import calibrate, find, measure_cpu, needs_cpu_here
+from .anchors import add_probe, calibrate, find, measure_cpu, needs_cpu_here
 from .context import context
 from .entry import hydra_run_dir
 
@@ -19,6 +23,13 @@ from .entry import hydra_run_dir
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="calibrate")
 def main(cfg: DictConfig) -> None:
     ctx = context(cfg, hydra_run_dir())
+    if cfg.probe_only:
+        rec = find(ctx.task.grader, ctx.key)
+        if rec is None:
+            raise SystemExit(f"ai4ai: no anchors of {ctx.task.name} at {ctx.scale} for task version "
+                             f"{ctx.key.task_version} to add a probe to; calibrate in full (drop probe_only=true)")
+        add_probe(ctx, rec)
+        return
     if cfg.cpu_only:
         rec = find(ctx.task.grader, ctx.key)
         if rec is None:

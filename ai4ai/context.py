@@ -58,6 +58,7 @@ class RunContext:
     progress: bool = True
     cap_s: float | None = None         # wall clock: the budget at full, a wide liveness net when cpu_cap_s is set
     cpu_cap_s: float | None = None     # CPU seconds of the training tree (metered scales, once calibrated)
+    host_speed: dict | None = None     # hostspeed.Speed.as_dict(): how cpu_cap_s was carried to this host
     # The run's secret: training seeds and sandbox folder names derive from it, so a training
     # process cannot tell a proxy call from a grading seed. None: the seeds pass unchanged
     # (calibration and check_task, which grade no submission).

@@ -13,7 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from . import agents as agent_kinds
-from . import anchors, record, result as results
+from . import anchors, hostspeed, record, result as results
 from .agents.base import COST_KEYS, AgentContext, AgentOutcome
 from .agents.cli import AgentSetupError
 from .agents.patch import resolve as resolve_patch
@@ -209,7 +209,8 @@ def grade_and_record(ctx: RunContext, cell: Cell, sub: Submission, record_: anch
                                         f"{record.ERROR_REPEATS} times; recorded as done, skip_done=false reruns it]")
     timing = dict(timing, grade_s=round(time.monotonic() - t0, 2),
                   train_s=round(sum(r.train_s for r in seed_results), 2), cap_s=round(grading.cap_s, 1),
-                  cpu_cap_s=grading.cpu_cap_s, train_cpu_s=round(sum(r.cpu_s or 0.0 for r in seed_results), 2))
+                  cpu_cap_s=grading.cpu_cap_s, train_cpu_s=round(sum(r.cpu_s or 0.0 for r in seed_results), 2),
+                  host_speed=grading.host_speed)
     out = finish(ctx, cell, sub, scored, seed_results, record_, timing, cost, seeds, started_at)
     if cell.key is not None and (repeated or out["status"] != "error"):
         record.mark_cell(cell.db, cell.key, ctx.run_dir, record.ERROR_REPEATED if repeated else "graded")
@@ -313,7 +314,10 @@ def describe_plan(ctx: RunContext, cfg: DictConfig, window_s: float | None) -> N
         if (why := anchors.needs_cpu_here(ctx, rec)):
             print(f"train cap   measured on this CPU first (one shipped seed), since {why}")
         elif bud.cpu_s is not None:
-            print(f"train cap   {bud.cpu_s:.0f} CPU-s per seed ({bud.source})")
+            probe = hostspeed.record_probe(rec.raw, ctx.threads) if ctx.device == "cpu" else None
+            print(f"train cap   {bud.cpu_s:.0f} CPU-s per seed ({bud.source})"
+                  + (f"; x this host's speed against the record's (probe {probe:.2f} CPU-s there), measured "
+                     "when grading starts" if probe else ""))
         else:
             print(f"train cap   {bud.wall_s:.0f} s per seed "
                   f"({b.cap_factor} x shipped {rec.train_wall_s:.0f} s, at least {b.cap_min_s:.0f} s)")

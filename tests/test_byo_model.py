@@ -124,6 +124,7 @@ def test_graded_run_on_a_saved_model(task_name, arch, saved, hooked, compose_cfg
     records = yaml.safe_load((own.grader / "anchors.yaml").read_text())["records"]
     assert [x["key"]["task_version"] for x in records] == [key["task_version"]]
     assert records[0]["anchors"]["baseline"] == pytest.approx(r["anchors"]["baseline"])
+    assert records[0]["host_probe"]["cpu_s"] > 0        # this host's probe figure, beside its CPU time
     # the derived repo trains that model: its architecture, its size, its tokenizer's ids
     meta = json.loads((own.repo / "byom" / "model" / "config.json").read_text())
     assert meta["architectures"] == [{"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel"}[arch]]

@@ -82,6 +82,9 @@ def test_a_record_of_another_cpu_gets_this_cpus_time_and_keeps_its_anchors(compo
     assert mine.match == "exact" and mine.key.device_class == ctx.key.device_class
     assert mine.anchors == rec.anchors and mine.phi_std == rec.phi_std
     assert mine.train_cpu_s > 0 and mine.raw["train_cpu_s"]["per_seed"] == [mine.train_cpu_s]
+    # with this host's probe figure beside it, not the other class's
+    assert mine.raw["host_probe"]["measured"] == "with the CPU time" and mine.raw["host_probe"]["cpu_s"] > 0
+    assert mine.raw["host_probe"] != theirs.get("host_probe")
     prov = mine.raw["provenance"]
     assert prov["anchors_from"]["device_class"] == other and prov["cpu_measured_on_seeds"] == [theirs["seeds"][0]]
     check = prov["anchors_from"]["check"]

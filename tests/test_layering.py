@@ -15,7 +15,7 @@ PACKAGE = PROJECT_ROOT / "ai4ai"
 LAYERS = [
     # leaves: no ai4ai imports, or only each other
     "ai4ai", "ai4ai.console", "ai4ai.layout", "ai4ai.hidden", "ai4ai.package_data", "ai4ai.gateway",
-    "ai4ai.launcher", "ai4ai.proxy_client", "ai4ai.meter_wire", "ai4ai.trajectory",
+    "ai4ai.launcher", "ai4ai.proxy_client", "ai4ai.meter_wire", "ai4ai.trajectory", "ai4ai.hostspeed",
     # the task and the things it is made of
     "ai4ai.task", "ai4ai.scoring", "ai4ai.provenance", "ai4ai.sandbox", "ai4ai.workspace", "ai4ai.models", "ai4ai.preparing", "ai4ai.meter", "ai4ai.plan",
     "ai4ai.patches", "ai4ai.submission",
