@@ -57,6 +57,8 @@ def test_planted_files_and_extra_checkpoints_gain_nothing(compose_cfg, tmp_path,
     r = json.loads((run_dir / "result.json").read_text())
     validate(r)
     log = (run_dir / "grade" / "seed_0" / "train.log").read_text()
+    # the probe runs after the training loop: a run its CPU cap cut never planted anything
+    assert r["checkpoints"]["per_seed"][0].get("cut") is None, (r["timing"], r["checkpoints"]["per_seed"][0])
     assert "DENIED /repo/sitecustomize.py" in log and "PLANTED" in log
     assert "DENIED model.py" in log and "DENIED /opt/ai4ai/ai4ai_kernels/x.py" in log
     assert "planted" not in (run_dir / ".harness" / "pristine" / "model.py").read_text()
