@@ -14,7 +14,8 @@ imports torch and transformers (as every training run does, and at ci that is ha
 time) and then trains a small GPT-2 for a few steps with AdamW, at the run's thread count and
 thread-pool settings. Calibration times the probe on its host and stores the figure in the
 record; grading times it again on its own host, and the CPU cap (and the wall-clock liveness net,
-never narrowed) is scaled by the ratio here / there, within CLAMP. The figure is the least of a
+never narrowed) is scaled by the ratio here / there, less the probe's own spread (DEADBAND), within
+CLAMP. The figure is the least of a
 few runs, since load only ever adds to it, and a host's runs are reused for FRESH_S seconds.
 result.json records both figures and the factor (timing.host_speed), and an audit re-grades under
 the recorded cap scaled by its own host's probe against the recorded one.
@@ -64,6 +65,10 @@ RUNS = 2                  # probe runs a grading takes the least of (a calibrati
 CALIBRATION_RUNS = 3
 FRESH_S = 900.0           # a host's probe runs are reused this long (same host, same boot)
 CLAMP = (0.25, 4.0)       # the factor here/there is held within this range, and the result says so
+# The probe's own spread on one host (least of two runs): about +-5%, single runs up to 10%. Only
+# the part of here/there beyond this band moves the cap, so that two gradings on one host, or on
+# hosts as alike as the probe can tell, get the same cap; a host 1.8x slower gets 1.7x.
+DEADBAND = 0.10
 
 
 def probe_env(threads: int) -> dict:
@@ -127,7 +132,7 @@ class Speed:
     """How much slower (factor > 1) this host is than the one a record's CPU time was measured on."""
     here_cpu_s: float
     there_cpu_s: float
-    factor: float          # here / there, within CLAMP
+    factor: float          # here / there, less DEADBAND towards 1, within CLAMP
     clamped: bool
 
     def as_dict(self) -> dict:
@@ -137,8 +142,9 @@ class Speed:
 
 def ratio(here_cpu_s: float, there_cpu_s: float) -> Speed:
     raw = here_cpu_s / there_cpu_s
-    factor = min(max(raw, CLAMP[0]), CLAMP[1])
-    return Speed(here_cpu_s, there_cpu_s, factor, factor != raw)
+    banded = 1.0 if abs(raw - 1.0) <= DEADBAND else raw - DEADBAND if raw > 1.0 else raw + DEADBAND
+    factor = min(max(banded, CLAMP[0]), CLAMP[1])
+    return Speed(here_cpu_s, there_cpu_s, factor, factor != banded)
 
 
 def record_probe(raw_record: dict, threads: int) -> float | None:
