@@ -7,8 +7,15 @@ A prompt is  <pad>.. BOS f g o x_1 .. x_L SEP  (left-padded to PROMPT_W) with L 
   teacher trained on them): f and g are each one of none, dedupe (keep one occurrence of each value),
   keep evens, keep odds, keep high (>= 5), keep low (< 5); o orders the result ascending or descending;
 - a drawn instance (`draw_instance`, the graded one from a secret seed): the six step codes take the
-  roles none, dedupe and four filters in a drawn order, each filter keeps a drawn set of five digits,
-  and o sorts by a drawn order of the ten digits (ascending or descending).
+  roles none, dedupe, three filters and a map in a drawn order; each filter keeps a drawn set of five
+  digits, the map rewrites every item by a drawn derangement of the digits; o sorts by a drawn order
+  of the ten digits (ascending or descending). A map is a kind of step the visible instance does not
+  show, so an identifier of the graded instance written from the visible family's shape (filters,
+  dedupe, an order) meets a step it cannot express (tests/redteam/test_rules_in_patch.py measures one).
+  The teacher that prepare.py trains on this instance answers 0.88 of the hidden selection prompts
+  right (0.68 of those that use the map), where the family without a map gave 0.97. A stride (every
+  other item) was tried as well and left out: with it the teacher answered 0.72 (0.31 of the prompts
+  that use the stride), so the task would have measured a weak teacher.
 This file lives only in grader_hidden/: the repo holds materialized prompts (and the teacher's
 ground-truth training set), never the rule that labels them.
 """
@@ -33,9 +40,15 @@ N_DIGITS = 10
 
 
 @dataclass(frozen=True)
+class Map:
+    """A step that rewrites every item x as to[x]."""
+    to: tuple
+
+
+@dataclass(frozen=True)
 class Instance:
     """What the codes mean. steps: step code -> "none" | "dedupe" | the frozenset of digits a filter
-    keeps; rank[d]: digit d's place in the order that A sorts by (ascending) and Z reverses."""
+    keeps | Map; rank[d]: digit d's place in the order that A sorts by (ascending) and Z reverses."""
     steps: dict
     rank: tuple
 
@@ -47,13 +60,19 @@ VISIBLE = Instance(steps={"N": "none", "D": "dedupe", "E": frozenset(range(0, 10
 
 
 def draw_instance(seed: int) -> Instance:
-    """A fresh instance of the family: the step codes' roles in a drawn order, four filters each
-    keeping a different drawn half of the digits, and a drawn order of the digits."""
+    """A fresh instance of the family: the step codes' roles in a drawn order (none, dedupe, three
+    filters each keeping a different drawn half of the digits, a map by a drawn derangement of the
+    digits), and a drawn order of the digits."""
     rng = np.random.default_rng(seed)
     codes = [STEPS[i] for i in rng.permutation(len(STEPS))]
     halves = list(combinations(range(N_DIGITS), N_DIGITS // 2))
-    kept = [frozenset(halves[i]) for i in rng.choice(len(halves), size=4, replace=False)]
-    return Instance(steps={codes[0]: "none", codes[1]: "dedupe", **dict(zip(codes[2:], kept))},
+    kept = [frozenset(halves[i]) for i in rng.choice(len(halves), size=3, replace=False)]
+    while True:
+        to = tuple(int(v) for v in rng.permutation(N_DIGITS))
+        if all(to[d] != d for d in range(N_DIGITS)):
+            break
+    roles = ["none", "dedupe", *kept, Map(to)]
+    return Instance(steps=dict(zip(codes, roles)),
                     rank=tuple(int(r) for r in np.argsort(rng.permutation(N_DIGITS))))
 
 
@@ -61,6 +80,8 @@ def apply_step(op: str, xs: list, inst: Instance = VISIBLE) -> list:
     role = inst.steps[op]
     if role == "dedupe":
         return list(dict.fromkeys(xs))
+    if isinstance(role, Map):
+        return [role.to[x] for x in xs]
     return list(xs) if role == "none" else [x for x in xs if x in role]
 
 

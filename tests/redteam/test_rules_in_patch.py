@@ -13,21 +13,23 @@ recipe was retuned (200 epochs at LR 2.4e-2), the probes pass eight times over t
 steps again; the numbers in this docstring were measured before that retune.
 
 Now a graded run is given another instance of the rule family (grader.grading_data, from the secret
-`instance` seed: which step code does what, which half of the digits each filter keeps, the order of
-the digits), and its meter serves a teacher that the repo's own prepare.py trained on that instance's
+`instance` seed: which step code does what, which half of the digits each filter keeps, the map
+below, the order of the digits), and its meter serves a teacher that the repo's own prepare.py trained on that instance's
 labelled set (data.grading_artifacts, held by the meter: training.build_meter_copy). The hidden prompts
-are answered by that instance, so the rules in the patch are the wrong rules: they answer about 5% of
-the graded prompts right (the single-item answers whose filters happen to agree). Graded at smoke on
-2026-12-03 (AMD EPYC) by the slow test below: 0.007, exact match 0.067, 0.050, 0.055 against the
-shipped 0.765, every seed trained to its end.
+are answered by that instance, so the rules in the patch are the wrong rules: they answer about 4% of
+the graded prompts right (5% before the map: the single-item answers whose filters happen to agree).
+Graded at smoke on 2026-12-03 (AMD EPYC) by the slow test below, before the map: 0.007, exact match 0.067, 0.050, 0.055 against the shipped 0.765, every seed trained to
+its end.
 
-What stays open (measured, not asserted: no mechanism here closes it): the family's shape written into
-the patch, the graded instance identified from the teacher's answers to the training prompts (metered),
-then 51,200 pairs made from it and the shipped run's steps (`identifier_in_the_patch` below). Graded at
-smoke on 2026-12-03 (AMD EPYC, grader seeds 0, 1, 2) it recovered the graded instance exactly from the
-real teacher's answers and scored 0.533 [0.525, 0.548], exact match 0.876, 0.876, 0.882 against the
-shipped 0.765: its information comes through the budget, but its data from a hand-written labelling
-rule. Closing it needs a graded family with kinds of step the visible instance does not show.
+The identifier route: the family's shape written into the patch, the graded instance identified
+from the teacher's answers to the training prompts (metered), then 51,200 pairs made from it and the
+shipped run's steps (`identifier_in_the_patch` below). Graded at smoke on 2026-12-03 (AMD EPYC, grader
+seeds 0, 1, 2) when the graded family had the visible one's kinds of step only (none, dedupe, filters,
+an order): it recovered the graded instance exactly from the real teacher's answers and scored 0.533
+against the recipe shipped then, and 0.918 [0.898, 0.952] (exact match 0.994, 0.987, 0.987) against
+the retuned one (200 epochs at LR 2.4e-2). So the graded family now has a kind of step the visible
+instance does not show: one code maps every digit by a drawn derangement (programs.draw_instance).
+The same identifier then reads a wrong instance, and its rule answers 13% of the graded prompts right.
 """
 import numpy as np
 import pytest
@@ -130,7 +132,7 @@ def _answer(programs, row):
 
 def test_the_graded_instance_is_not_the_visible_one():
     """The hidden selection and test prompts, and a graded run's training files, follow the graded
-    instance, which the visible rules answer about 5% of the time; the agent's files follow the visible one."""
+    instance, which the visible rules answer about 4% of the time; the agent's files follow the visible one."""
     task, g, programs = grader_modules("distillation", "grader", "programs")
     visible, graded = g.instance("visible"), g.instance("graded")
     assert visible == programs.VISIBLE and graded != visible
@@ -233,30 +235,62 @@ def identifier_in_the_patch(train_py: str) -> str:
     return train_py
 
 
-def test_the_identifier_recovers_the_graded_instance_from_its_answers(tmp_path):
-    """The open route's probe does what it claims: from the graded instance's answers to the graded
-    run's training prompts (here the true answers; in a graded run the teacher's, 97% right at smoke)
-    it recovers that instance, and its pairs are answered as that instance answers. The patch passes
-    the information check."""
+def _identify_from_true_answers(tmp_path, inst_name: str):
+    """The identifier's reading of an instance from that instance's true answers to the smoke training
+    prompts (in a graded run it reads the teacher's, 97% right at smoke): (roles, rank, scope, modules)."""
     import torch
     task, g, programs = grader_modules("distillation", "grader", "programs")
     new = identifier_in_the_patch((task.repo / "train.py").read_text())
-    assert information_rejections(task, tmp_path, new, scale="smoke") == {}
     scope = {"torch": torch, "PROMPT_W": programs.PROMPT_W, "ANSWER_W": programs.ANSWER_W}
     start = new.index("def _parse(p)")
     end = new.index("# ----------------------------------------------------------------------------- distilled set")
     exec(compile(new[start:end], "probe", "exec"), scope)
-    graded = g.instance("graded")
-    grading = g.grading_data("smoke", tmp_path / "graded")
-    assert "train_smoke.u8" in grading
-    prompts = np.frombuffer((tmp_path / "graded" / "train_smoke.u8").read_bytes(), np.uint8).reshape(-1, programs.PROMPT_W)
-    answers = np.stack([np.array(([programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p), graded)]
+    inst = g.instance(inst_name)
+    write = g.grading_data if inst_name == "graded" else g.materialize
+    assert "train_smoke.u8" in write("smoke", tmp_path / inst_name)
+    prompts = np.frombuffer((tmp_path / inst_name / "train_smoke.u8").read_bytes(), np.uint8).reshape(-1, programs.PROMPT_W)
+    answers = np.stack([np.array(([programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p), inst)]
                                   + [programs.EOS] + [programs.PAD] * programs.ANSWER_W)[:programs.ANSWER_W])
                         for p in prompts])
     roles, rank = scope["identify"](torch.from_numpy(prompts.astype(np.int64)), torch.from_numpy(answers.astype(np.int64)))
+    return roles, rank, scope, (task, g, programs)
+
+
+def _made_pairs_right(scope, programs, roles, rank, inst, n=400) -> float:
+    """The share of the identifier's made pairs that `inst` answers as the pairs say."""
+    import torch
+    made_p, made_a = scope["made_pairs"](roles, rank, n, torch.Generator().manual_seed(0))
+    return float(np.mean([[programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p), inst)] + [3]
+                          == a[:a.index(3) + 1] for p, a in zip(made_p.tolist(), made_a.tolist())]))
+
+
+def test_the_identifier_recovers_the_visible_instance_not_the_graded_one(tmp_path):
+    """The probe is real: from the visible instance's answers it recovers that instance exactly, and
+    all its made pairs are right there. The graded family also has a kind of step the visible one does
+    not show (a map of the digits), so from the graded instance's answers the same identifier reads a
+    wrong instance, and most of its made pairs are wrong answers of the graded instance. The patch
+    passes the information check."""
+    roles, rank, scope, (task, g, programs) = _identify_from_true_answers(tmp_path, "visible")
+    new = identifier_in_the_patch((task.repo / "train.py").read_text())
+    assert information_rejections(task, tmp_path, new, scale="smoke") == {}
     codes = programs.STEPS
-    assert {codes[s]: (r if isinstance(r, str) else frozenset(r)) for s, r in enumerate(roles)} == graded.steps
-    assert tuple(rank) == graded.rank
-    made_p, made_a = scope["made_pairs"](roles, rank, 300, torch.Generator().manual_seed(0))
-    for p, a in zip(made_p.tolist(), made_a.tolist()):
-        assert [programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p), graded)] + [3] == a[:a.index(3) + 1]
+    visible = g.instance("visible")
+    assert {codes[s]: (r if isinstance(r, str) else frozenset(r)) for s, r in enumerate(roles)} == visible.steps
+    assert tuple(rank) == visible.rank
+    assert _made_pairs_right(scope, programs, roles, rank, visible) == 1.0
+    graded = g.instance("graded")
+    assert "Map" in {type(r).__name__ for r in graded.steps.values()}
+    roles, rank, scope, _ = _identify_from_true_answers(tmp_path, "graded")
+    assert {codes[s]: (r if isinstance(r, str) else frozenset(r)) for s, r in enumerate(roles)} != graded.steps
+    right = _made_pairs_right(scope, programs, roles, rank, graded)
+    assert right < 0.3, right
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_the_identifier_in_the_patch_gains_nothing(compose_cfg, tmp_path):
+    """Graded at smoke, where it scored 0.918 on the family without a map (module docstring). Tolerance
+    as for the visible rules above."""
+    task, = grader_modules("distillation")
+    new = identifier_in_the_patch((task.repo / "train.py").read_text())
+    assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "identifier", scale="smoke"), tolerance=0.1)
