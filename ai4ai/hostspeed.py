@@ -71,11 +71,18 @@ CLAMP = (0.25, 4.0)       # the factor here/there is held within this range, and
 DEADBAND = 0.10
 
 
+def thread_env(threads: int) -> dict:
+    """The thread-pool settings of a training run and of the probe. Passive pools: a spinning OpenMP
+    worker burns CPU time while it waits for a core, and under load that would charge the machine's
+    contention to the run's CPU cap."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+            "OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
+
+
 def probe_env(threads: int) -> dict:
-    """The probe's environment: the thread settings of a training run (training.training_sandbox), no more."""
+    """The probe's environment: the thread settings of a training run (thread_env), no more."""
     keep = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
-    return {**keep, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-            "OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0", "PYTHONDONTWRITEBYTECODE": "1",
+    return {**keep, **thread_env(threads), "PYTHONDONTWRITEBYTECODE": "1",
             "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 

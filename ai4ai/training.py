@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from . import PROJECT_ROOT
+from . import PROJECT_ROOT, hostspeed
 from .console import TrainingBar, printable
 from .context import RunContext
 from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD
@@ -317,11 +317,7 @@ def training_sandbox(ctx: RunContext, train_repo: Path, seed_dir: Path, extra_mo
     sb = Sandbox(backend=ctx.backend, mounts=mounts, network=False, gpu=gpu,
                  max_memory_bytes=None if gpu else default_memory_limit())
     env = sb.base_env(TRAIN_HOME)
-    # Passive thread pools: a spinning OpenMP worker burns CPU time while it waits for a core, and
-    # under load that would charge the machine's contention to the run's CPU cap.
-    env.update(OMP_NUM_THREADS=str(ctx.threads), MKL_NUM_THREADS=str(ctx.threads),
-               OMP_WAIT_POLICY="PASSIVE", KMP_BLOCKTIME="0",
-               **{k: sb.path(v) for k, v in extra_env.items()})
+    env.update(hostspeed.thread_env(ctx.threads), **{k: sb.path(v) for k, v in extra_env.items()})
     env.update(shrink_env())      # the harness's sizes of `full` (tests shrink them), the same in every run
     if ctx.cpu_cap_s is not None:
         env["AI4AI_CPU_BUDGET_S"] = f"{ctx.cpu_cap_s:.0f}"
