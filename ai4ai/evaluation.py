@@ -56,7 +56,7 @@ class WorkerError(RuntimeError):
 
 # The worker runs the harness code of the parent process (a checkout or worktree may differ from
 # the installed package); the package's parent folder is on sys.path only while `ai4ai` is
-# imported, so nothing else of the project root (e.g. kernels/) is importable by name afterwards.
+# imported, so nothing else of the project root (e.g. ai4ai_kernels/) is importable by name afterwards.
 # After the result file is written the worker leaves at once: an interpreter that has imported torch
 # and transformers takes ~2 s here to tear them down, for nothing (measured: exit 2.1 s, os._exit 0.1 s).
 _BOOT = ("import os, sys; root = sys.argv.pop(1); sys.path.insert(0, root); import ai4ai.evaluation as ev; "

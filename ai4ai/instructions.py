@@ -53,7 +53,7 @@ def render(task: Task, scale: str, window_s: float, started: float | None = None
         PROXY + (FRESH_INSTANCE if task.grading_data else ""),
         "## The repository's README\n\n" + (task.repo / "README.md").read_text(),
     ]
-    kernels_readme = PROJECT_ROOT / "kernels" / "README.md"
+    kernels_readme = PROJECT_ROOT / "ai4ai_kernels" / "README.md"
     if kernels_readme.exists():
         parts.append("## Fused kernels you may use\n\n" + kernels_readme.read_text())
     return "\n".join(parts)

@@ -32,7 +32,7 @@ def tree_sha256(root: Path, skip: set[str] = frozenset()) -> str:
 def kernels_sha256() -> str:
     """The kernel modules (what a submission imports), not their README."""
     h = hashlib.sha256()
-    for p in sorted((PROJECT_ROOT / "kernels").glob("*.py")):
+    for p in sorted((PROJECT_ROOT / "ai4ai_kernels").glob("*.py")):
         h.update(p.name.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()
 

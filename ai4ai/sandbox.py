@@ -29,7 +29,7 @@ import psutil
 from . import PROJECT_ROOT, package_data
 from .layout import AGENT_HOME, HARNESS_BIN, KERNELS, KERNELS_PARENT, SOCKET_DIR, WORKSPACE
 
-KERNELS_DIR = PROJECT_ROOT / "kernels"
+KERNELS_DIR = PROJECT_ROOT / "ai4ai_kernels"
 GRACE_S = 10.0
 # Processes one phase may hold at once (its whole tree, counted from the host). RLIMIT_NPROC is
 # not used: it counts every process of the user (and nothing at all for root), not the phase's.

@@ -56,11 +56,11 @@ TITLES = {
 
 
 def load_kernels():
-    """The ai4ai_kernels of this checkout (ROOT/kernels), whatever an editable install points at."""
+    """The ai4ai_kernels of this checkout (ROOT/ai4ai_kernels), whatever an editable install points at."""
     if "ai4ai_kernels" in sys.modules:
         return sys.modules["ai4ai_kernels"]
-    spec = importlib.util.spec_from_file_location("ai4ai_kernels", ROOT / "kernels" / "__init__.py",
-                                                  submodule_search_locations=[str(ROOT / "kernels")])
+    spec = importlib.util.spec_from_file_location("ai4ai_kernels", ROOT / "ai4ai_kernels" / "__init__.py",
+                                                  submodule_search_locations=[str(ROOT / "ai4ai_kernels")])
     module = importlib.util.module_from_spec(spec)
     sys.modules["ai4ai_kernels"] = module
     spec.loader.exec_module(module)

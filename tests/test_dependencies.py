@@ -20,7 +20,7 @@ def _declared() -> list[str]:
 
 
 def test_every_declared_dependency_is_used():
-    text = "\n".join(p.read_text(errors="replace") for folder in ("ai4ai", "kernels", "repos_frozen", "grader_hidden", "conf")
+    text = "\n".join(p.read_text(errors="replace") for folder in ("ai4ai", "ai4ai_kernels", "repos_frozen", "grader_hidden", "conf")
                      for p in (PROJECT_ROOT / folder).rglob("*") if p.suffix in (".py", ".yaml") and p.is_file())
     unknown = [d for d in _declared() if d not in USES]
     assert not unknown, f"add how {unknown} is used to USES, or drop it from pyproject.toml"

@@ -29,7 +29,7 @@ from ai4ai.task import list_tasks
 # evaluation each, ~18 min to the graded seed; run it with -m slow on an idle machine.
 pytestmark = pytest.mark.slow
 
-COPIED = ("ai4ai", "conf", "repos_frozen", "grader_hidden", "kernels", "pyproject.toml")
+COPIED = ("ai4ai", "conf", "repos_frozen", "grader_hidden", "ai4ai_kernels", "pyproject.toml")
 
 DRIVER = r'''
 import json, sys

@@ -12,7 +12,7 @@ from ai4ai.task import load_task
 def project(tmp_path, monkeypatch):
     """A copy of the parts of the project a task version reads, with PROJECT_ROOT pointing at it."""
     root = tmp_path / "p"
-    for d in ("repos_frozen/optimizer", "grader_hidden/optimizer", "kernels"):
+    for d in ("repos_frozen/optimizer", "grader_hidden/optimizer", "ai4ai_kernels"):
         shutil.copytree(provenance.PROJECT_ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "conf" / "task").mkdir(parents=True)
     shutil.copy(provenance.PROJECT_ROOT / "conf/task/optimizer.yaml", root / "conf/task/optimizer.yaml")
@@ -30,8 +30,8 @@ def test_version_ignores_prose_allowances_and_unused_kernels(project):
     cfg = root / "conf/task/optimizer.yaml"
     cfg.write_text(cfg.read_text().replace("description: >-", "description: >-\n  Reworded.")
                    .replace("n_params:", "n_params: 1 #", 1) + "\n# a comment\n")
-    (root / "kernels" / "README.md").write_text("rewritten")
-    (root / "kernels" / "adamw.py").write_text("# changed\n")        # no optimizer file imports the kernels
+    (root / "ai4ai_kernels" / "README.md").write_text("rewritten")
+    (root / "ai4ai_kernels" / "adamw.py").write_text("# changed\n")        # no optimizer file imports the kernels
     (root / "grader_hidden/optimizer/anchors.yaml").write_text("records: []\n")
     assert provenance.task_version(task) == v
     assert provenance.benchmark_version() != ""
@@ -51,7 +51,7 @@ def test_version_moves_with_what_grading_depends_on(project, change):
     else:
         (root / "repos_frozen/optimizer/train.py").write_text("import ai4ai_kernels\n")
         v = provenance.task_version(task)
-        (root / "kernels" / "adamw.py").write_text("# changed\n")
+        (root / "ai4ai_kernels" / "adamw.py").write_text("# changed\n")
     assert provenance.task_version(task) != v
 
 

@@ -95,7 +95,7 @@ def test_benchmark_version_ignores_anchor_records_but_not_the_grader(tmp_path, m
     assert v == benchmark_version()
     fake_root = tmp_path / "root"
     import shutil
-    for d in ("repos_frozen", "grader_hidden", "conf/task", "kernels"):
+    for d in ("repos_frozen", "grader_hidden", "conf/task", "ai4ai_kernels"):
         shutil.copytree(PROJECT_ROOT / d, fake_root / d, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(prov, "PROJECT_ROOT", fake_root)
     base = prov.benchmark_version()
@@ -111,7 +111,7 @@ def test_task_version_ignores_other_tasks(tmp_path, monkeypatch):
     from dataclasses import replace
     import ai4ai.provenance as prov
     fake_root = tmp_path / "root"
-    for d in ("repos_frozen", "grader_hidden", "conf/task", "kernels"):
+    for d in ("repos_frozen", "grader_hidden", "conf/task", "ai4ai_kernels"):
         shutil.copytree(PROJECT_ROOT / d, fake_root / d, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(prov, "PROJECT_ROOT", fake_root)
     t = load_task("optimizer")

@@ -35,7 +35,7 @@ def test_runs_on_cpu_and_writes_the_tables(tmp_path):
     e = data["environment"]
     assert {"gpu", "driver", "torch", "triton", "git_commit", "cuda"} <= set(e)
     assert e["device"] == "cpu" and e["gpu"] is None and e["triton_interpret"] is True
-    assert Path(e["kernels_path"]).resolve() == (ROOT / "kernels").resolve()  # this checkout's kernels, not an install's
+    assert Path(e["kernels_path"]).resolve() == (ROOT / "ai4ai_kernels").resolve()  # this checkout's kernels, not an install's
     assert len(data["rows"]) == len(rows)
 
 

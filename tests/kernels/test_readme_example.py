@@ -1,4 +1,4 @@
-"""kernels/README.md's example, run as written on a GPT-2 built the way the frozen repos build
+"""ai4ai_kernels/README.md's example, run as written on a GPT-2 built the way the frozen repos build
 theirs (transformers.GPT2LMHeadModel(GPT2Config(...)), tied embeddings, no dropout)."""
 
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-README = Path(__file__).resolve().parents[2] / "kernels" / "README.md"
+README = Path(__file__).resolve().parents[2] / "ai4ai_kernels" / "README.md"
 
 
 def _example_code():

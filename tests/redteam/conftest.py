@@ -1,7 +1,7 @@
 """Shared pieces of the red-team suite: the integrity guard, real sandboxes, crafted patches.
 
 Every probe runs under `frozen_unchanged`: repos_frozen/, grader_hidden/ (minus the anchor
-records that calibration may append) and kernels/ hash the same after the probe as before.
+records that calibration may append) and ai4ai_kernels/ hash the same after the probe as before.
 """
 import importlib
 import json
@@ -19,7 +19,7 @@ from ai4ai.provenance import UNVERSIONED, tree_sha256
 from ai4ai.sandbox import Sandbox, bwrap_available
 from ai4ai.submission import unified_diff
 
-FROZEN = ("repos_frozen", "grader_hidden", "kernels")
+FROZEN = ("repos_frozen", "grader_hidden", "ai4ai_kernels")
 CI = ["task=optimizer", "scale=ci"]
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed or cannot run here")
 
@@ -34,7 +34,7 @@ def frozen_unchanged():
     before = frozen_hashes()
     top = {p.name for p in PROJECT_ROOT.iterdir()}
     yield
-    assert frozen_hashes() == before, "a probe changed repos_frozen/, grader_hidden/ or kernels/"
+    assert frozen_hashes() == before, "a probe changed repos_frozen/, grader_hidden/ or ai4ai_kernels/"
     planted = {p.name for p in PROJECT_ROOT.iterdir()} - top
     assert not {n for n in planted if "pwn" in n.lower() or "planted" in n.lower()}, planted
 
