@@ -26,3 +26,15 @@ def test_every_declared_dependency_is_used():
     assert not unknown, f"add how {unknown} is used to USES, or drop it from pyproject.toml"
     unused = [d for d in _declared() if not re.search(USES[d], text, re.M)]
     assert not unused, f"declared in pyproject.toml but used nowhere: {unused}"
+
+
+def test_no_folder_of_the_checkout_shadows_an_installed_module():
+    """The repository root is on sys.path under pytest and `python -m ai4ai.run`: a top-level folder
+    named like an installed package's module (the kernels folder once shadowed the `kernels`
+    package that transformers 5.25 imports) breaks every import of that package from here."""
+    import importlib.metadata
+    owners = importlib.metadata.packages_distributions()
+    clashes = {p.name: owners[p.name] for p in PROJECT_ROOT.iterdir()
+               if p.is_dir() and p.name in owners and set(owners[p.name]) != {"ai4ai"}}
+    assert not clashes, f"rename these folders, they shadow installed modules: {clashes}"
+    assert "kernels" not in {p.name for p in PROJECT_ROOT.iterdir()}
