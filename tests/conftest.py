@@ -69,3 +69,14 @@ def fake_api():
 
 def example(name: str) -> Path:
     return PROJECT_ROOT / "examples" / "optimizer" / name
+
+
+def graded_context(compose_cfg, tmp_path: Path, task: str, scale: str):
+    """A real grading context whose task reads its anchors from a copy of its grader folder in
+    tmp_path (so a test may rewrite the records)."""
+    from dataclasses import replace
+    from ai4ai.context import context
+    ctx = context(compose_cfg("grade", [f"task={task}", f"scale={scale}"]), tmp_path / "run")
+    grader = tmp_path / "grader"
+    shutil.copytree(ctx.task.grader, grader, ignore=shutil.ignore_patterns("__pycache__", "calibration"))
+    return replace(ctx, task=replace(ctx.task, grader=grader))

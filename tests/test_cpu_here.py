@@ -1,28 +1,18 @@
 """At smoke a CPU cap is this CPU class's own: a record from another class, or one without CPU time,
 is completed by measuring the shipped algorithm here (anchors.needs_cpu_here / measure_cpu)."""
-import shutil
-from dataclasses import replace
 
 import pytest
 import yaml
 
 from ai4ai import anchors
-from ai4ai.context import context
 from ai4ai.scoring import phi
-from ai4ai.task import load_task
 
-from .conftest import needs_bwrap
+from .conftest import graded_context, needs_bwrap
 
 OTHER = "cpu:Some Other CPU:{threads}"
 
 
-def _ctx(compose_cfg, tmp_path, task: str, scale: str):
-    """A real context whose task reads its anchors from a copy of its grader folder in tmp_path."""
-    cfg = compose_cfg("grade", [f"task={task}", f"scale={scale}"])
-    ctx = context(cfg, tmp_path / "run")
-    grader = tmp_path / "grader"
-    shutil.copytree(ctx.task.grader, grader, ignore=shutil.ignore_patterns("__pycache__", "calibration"))
-    return replace(ctx, task=replace(ctx.task, grader=grader))
+_ctx = graded_context
 
 
 def _move_records(ctx, device_class: str, edit=lambda r: r) -> dict:

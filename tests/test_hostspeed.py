@@ -2,25 +2,19 @@
 
 CI met the failure this guards against: on a host where the shipped optimizer ran 1.8x slower, both
 of its graded runs were cut by a cap measured on a faster host of the same device class."""
-import shutil
 from dataclasses import replace
 
 import pytest
 import yaml
 
 from ai4ai import anchors, auditing, hostspeed
-from ai4ai.context import context
 from ai4ai.grading import grade_seeds
 
-from .conftest import needs_bwrap
+from .conftest import graded_context, needs_bwrap
 
 
 def _ctx(compose_cfg, tmp_path, task="dpo", scale="ci"):
-    """A real context whose task reads its anchors from a copy of its grader folder in tmp_path."""
-    ctx = context(compose_cfg("grade", [f"task={task}", f"scale={scale}"]), tmp_path / "run")
-    grader = tmp_path / "grader"
-    shutil.copytree(ctx.task.grader, grader, ignore=shutil.ignore_patterns("__pycache__", "calibration"))
-    return replace(ctx, task=replace(ctx.task, grader=grader))
+    return graded_context(compose_cfg, tmp_path, task, scale)
 
 
 def _raw(ctx, edit=lambda r: r) -> dict:
