@@ -1,0 +1,193 @@
+"""dpo's labels from the public rules, written into the patch: measured against the metered pairs.
+
+dpo's answers follow a few rules its README states (add, max, rev; one of seven format constraints),
+so a submission can write a solver of them into train.py, make prompts of its own, label them and
+train the policy on them, drawing no pair. dpo is not graded on a fresh instance (docs/threat-model.md:
+the rules are public by design), so the question is whether those unmetered examples buy anything that
+the metered pairs do not: the probe is compared with the same training (plain SFT, the same steps and
+learning rate) on the chosen answers of the pairs the budget serves, kept in memory and passed over
+again, which any submission may do.
+
+Measured on 2026-12-03 (AMD EPYC, the repo's own loop outside the harness, validation rate on seed 0,
+the shipped DPO about 0.19): at the shipped step count (256 steps of 64 at smoke) the solver's examples
+0.294 and the metered chosen answers 0.287; at 4 x the steps (CPU time 43 and 35 s, inside smoke's cap)
+0.695 (fresh examples) and 0.704 (four passes over the 16,384 served pairs). At ci, 4 x the steps, seeds
+0 and 1: 0.237, 0.213 against 0.230, 0.236. So the route is real (the probe's labels are right on every
+prompt) but worth no more than the budget's own pairs: the large gain is SFT's, a change of algorithm
+that the metered data allows. Graded through the real pipeline (2026-12-03, AMD EPYC), 4 x the steps:
+at ci 0.148 (solver) against 0.145 (metered); at smoke, grader seeds 0, 1, 2, 0.657 [0.641, 0.671]
+(greedy rate 0.677, 0.704, 0.695) against 0.649 [0.588, 0.686] (0.630, 0.707, 0.718), no seed cut.
+
+What this found instead: the chosen answers are gold demonstrations, so plain SFT on them nearly solves
+the task at smoke. Eight passes over the served pairs (inside the CPU cap, no seed cut) scored 0.903
+[0.892, 0.921] (greedy rate 0.906, 0.903, 0.929), where DESIGN.md allows no known method 0.8; the
+shipped DPO (0.19) barely moves the prepared policy. That probe is an expected failure until the task
+changes (preferences between flawed answers, and rules an agent cannot write down: a fresh instance of
+the format codes with its own prepared policy, as distillation's teacher), see docs/threat-model.md.
+"""
+import random
+
+import pytest
+
+from .conftest import grade_train_py, grader_modules, information_rejections, needs_bwrap
+
+SOLVER = '''
+
+# ----------------------------------------------------------------------------- the rules, written down
+# A solver of the README's rules: prompts made here and labelled here; no pair is drawn.
+import random
+from config import SEQ_LEN, encode
+
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def made_example(rng):
+    """(prompt, right and compliant answer) of a prompt drawn as the README describes them."""
+    kind = rng.choice(["add", "max", "rev"])
+    if kind == "add":
+        a, b = rng.randint(10, 99), rng.randint(1, 9)
+        args, core = f"{a} {b}", str(a + b)
+    elif kind == "max":
+        v = [rng.randint(10, 99) for _ in range(3)]
+        args, core = " ".join(map(str, v)), str(max(v))
+    else:
+        w = "".join(rng.choice(LETTERS) for _ in range(rng.randint(3, 4)))
+        args, core = w, w[::-1]
+    fmt = rng.choice(["!", "[", "#", "p", "d"] + (["U", "L"] if kind == "rev" else []))
+    if fmt == "p":
+        fmt = f"p{rng.randint(len(core) + 1, 9)}"
+    answer = {"!": core + "!", "[": "[" + core + "]", "#": "#" + core, "d": core + "-" + core,
+              "U": core.upper(), "L": core.lower()}.get(fmt) or core + "." * (int(fmt[1:]) - len(core))
+    return f"{kind} {args}|{fmt}>", answer
+
+
+def made_batch(rng, n):
+    rows, lens = [], []
+    for _ in range(n):
+        prompt, answer = made_example(rng)
+        ids = encode(prompt + answer) + [0]
+        rows.append(ids + [0] * (SEQ_LEN - len(ids)))
+        lens.append(len(prompt))
+    return torch.tensor(rows), torch.tensor(lens)
+'''
+
+SFT = '''
+
+def sft_loss(policy, rows, prompt_lens):
+    """Length-normalised NLL of the answers (and their EOS)."""
+    mask = answer_mask(rows, prompt_lens)
+    return -((token_logps(policy, rows) * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+'''
+
+_DRAW = '''        idx = perm[(step * BATCH_SIZE) % len(split):][:BATCH_SIZE]
+        chosen, rejected, plen = split.get(idx)'''
+_LOSS = '''            loss, margin = dpo_loss(policy, reference, chosen.to(device), rejected.to(device), plen.to(device))'''
+_STEPS = "total_steps = split.budget // BATCH_SIZE"
+
+
+def train_py(shipped: str, data: str, passes: int) -> str:
+    """The shipped train.py turned into SFT at LR 1e-3 for `passes` x the shipped steps, on examples the
+    solver makes (data="rules") or on the chosen answers of the served pairs, drawn once and kept
+    (data="metered")."""
+    edits = [("LR = 3e-6 ", "LR = 1e-3 "), ("\n\ndef main():", SFT + (SOLVER if data == "rules" else "") + "\n\ndef main():"),
+             (_STEPS, f"total_steps = {passes} * split.budget // BATCH_SIZE\n    kept = {{}}"),
+             (_LOSS, "            loss = sft_loss(policy, chosen.to(device), plen.to(device))\n"
+                     "            margin = loss.detach().reshape(1)")]
+    if data == "rules":
+        edits.append((_DRAW, "        chosen, plen = made_batch(rng, BATCH_SIZE)\n        rejected = chosen"))
+        edits.append(("    perm = torch.randperm(len(split), generator=order)\n",
+                      "    perm = torch.randperm(len(split), generator=order)\n    rng = random.Random(args.seed)\n"))
+    else:
+        edits.append((_DRAW, "        at = (step * BATCH_SIZE) % len(split)\n"
+                             "        if at not in kept:\n"
+                             "            kept[at] = split.get(perm[at:][:BATCH_SIZE])\n"
+                             "        chosen, rejected, plen = kept[at]"))
+    for old, new in edits:
+        assert shipped.count(old) == 1, f"the shipped train.py changed: {old!r} not found once"
+        shipped = shipped.replace(old, new)
+    return shipped
+
+
+def test_the_solver_labels_every_prompt_as_the_grader_does(tmp_path):
+    """The route is real: the solver's prompts are of the task's kind and the grader's own verifier
+    accepts every answer it makes (right and compliant); the patch passes the patch checks' information
+    check."""
+    import torch
+    task, tasks = grader_modules("dpo", "tasks")
+    new = train_py((task.repo / "train.py").read_text(), "rules", 4)
+    assert information_rejections(task, tmp_path, new) == {}
+    scope = {"torch": torch}
+    exec(compile(SOLVER.replace("from config import SEQ_LEN, encode", "SEQ_LEN, encode = 32, None"), "probe", "exec"),
+         scope)
+    rng, kinds = random.Random(0), set()
+    for _ in range(5000):
+        prompt, answer = scope["made_example"](rng)
+        head, fmt = prompt[:-1].split("|")
+        kind, args = head.split(" ", 1)
+        core = {"add": lambda: str(sum(map(int, args.split()))), "max": lambda: str(max(map(int, args.split()))),
+                "rev": lambda: args[::-1]}[kind]()
+        p = {"task": kind, "args": args, "fmt": fmt, "core": core}
+        assert tasks.prompt_text(p) == prompt
+        assert tasks.verify(p, answer) == (True, True), (prompt, answer)
+        kinds.add((kind, fmt[0]))
+    assert len(kinds) == 3 * 5 + 2           # every task with every constraint it takes
+
+
+def _graded(compose_cfg, tmp_path, scale, data):
+    task, = grader_modules("dpo")
+    (tmp_path / data).mkdir()
+    r = grade_train_py(compose_cfg, tmp_path / data, task, train_py((task.repo / "train.py").read_text(), data, 4),
+                       f"dpo_{data}", scale=scale)
+    assert r["status"] == "graded", r.get("reason")
+    cut = [s["seed"] for s in r["checkpoints"]["per_seed"] if s.get("cut")]
+    assert not cut, f"seeds {cut} were cut by a cap: the probe must fit the caps"
+    return r
+
+
+def _compare(rules, metered, tolerance):
+    # the metered run drew its whole budget once, the rules run none
+    def served(r):
+        return [s.get("served", {}).get("data.PairSplit", {}).get("served", 0) for s in r["checkpoints"]["per_seed"]]
+    assert set(served(rules)) == {0}, served(rules)
+    assert all(n > 0 and n == s["served"]["data.PairSplit"]["budget"]
+               for n, s in zip(served(metered), metered["checkpoints"]["per_seed"])), served(metered)
+    print("rules", rules["raw"]["per_seed"], rules["score"], "metered", metered["raw"]["per_seed"], metered["score"])
+    assert metered["score"] > 0.12, "the metered SFT must itself gain (the shipped DPO's seed noise is under 0.001 "\
+                                    "sigma), or the comparison says nothing"
+    assert rules["score"] < metered["score"] + tolerance, (rules["score"], metered["score"])
+
+
+@needs_bwrap
+def test_made_examples_gain_nothing_over_the_metered_pairs_at_ci(compose_cfg, tmp_path):
+    """Graded at ci through the real pipeline: the solver's fresh examples against four passes over
+    the 2,048 served pairs, the same SFT and steps."""
+    _compare(_graded(compose_cfg, tmp_path, "ci", "rules"), _graded(compose_cfg, tmp_path, "ci", "metered"), 0.03)
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_made_examples_gain_nothing_over_the_metered_pairs_at_smoke(compose_cfg, tmp_path):
+    _compare(_graded(compose_cfg, tmp_path, "smoke", "rules"), _graded(compose_cfg, tmp_path, "smoke", "metered"), 0.03)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="open (issue 15): dpo's chosen answers are gold demonstrations; SFT on them "
+                   "for eight passes scored 0.903 at smoke on 2026-12-03 (module docstring)")
+@needs_bwrap
+def test_no_known_method_nearly_solves_smoke(compose_cfg, tmp_path):
+    """DESIGN.md: no known method may reach 0.8 at smoke (a task a known method nearly solves is a toy).
+    Plain SFT on the chosen answers of the served pairs, eight passes over them from memory (inside the
+    CPU cap), is such a method here: the chosen answers are right and compliant, so they are gold
+    demonstrations."""
+    task, = grader_modules("dpo")
+    r = _graded_passes(compose_cfg, tmp_path, task, "smoke", 8)
+    assert r["score"] < 0.8, r["score"]
+
+
+def _graded_passes(compose_cfg, tmp_path, task, scale, passes):
+    (tmp_path / "sft").mkdir()
+    r = grade_train_py(compose_cfg, tmp_path / "sft", task, train_py((task.repo / "train.py").read_text(), "metered", passes),
+                       f"dpo_sft_{passes}_passes", scale=scale)
+    assert r["status"] == "graded", r.get("reason")
+    print("per seed", r["raw"]["per_seed"], "score", r["score"], "cut", [s.get("cut") for s in r["checkpoints"]["per_seed"]])
+    return r
