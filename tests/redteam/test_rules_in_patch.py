@@ -237,12 +237,13 @@ def identifier_in_the_patch(train_py: str) -> str:
     return train_py
 
 
-def _identify_from_true_answers(tmp_path, inst_name: str):
-    """The identifier's reading of an instance from that instance's true answers to the smoke training
-    prompts (in a graded run it reads the teacher's, 97% right at smoke): (roles, rank, scope, modules)."""
+def _identify_from_true_answers(tmp_path, inst_name: str, probe=None, fn: str = "identify"):
+    """The identifier's (or the hybrid's: probe=hybrid_in_the_patch, fn="explain") reading of an instance
+    from that instance's true answers to the smoke training prompts (in a graded run it reads the
+    teacher's): (roles, rank, scope, modules)."""
     import torch
     task, g, programs = grader_modules("distillation", "grader", "programs")
-    new = identifier_in_the_patch((task.repo / "train.py").read_text())
+    new = (probe or identifier_in_the_patch)((task.repo / "train.py").read_text())
     scope = {"torch": torch, "PROMPT_W": programs.PROMPT_W, "ANSWER_W": programs.ANSWER_W}
     start = new.index("def _parse(p)")
     end = new.index("# ----------------------------------------------------------------------------- distilled set")
@@ -254,7 +255,7 @@ def _identify_from_true_answers(tmp_path, inst_name: str):
     answers = np.stack([np.array(([programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p), inst)]
                                   + [programs.EOS] + [programs.PAD] * programs.ANSWER_W)[:programs.ANSWER_W])
                         for p in prompts])
-    roles, rank = scope["identify"](torch.from_numpy(prompts.astype(np.int64)), torch.from_numpy(answers.astype(np.int64)))
+    roles, rank = scope[fn](torch.from_numpy(prompts.astype(np.int64)), torch.from_numpy(answers.astype(np.int64)))
     return roles, rank, scope, (task, g, programs)
 
 
@@ -296,3 +297,141 @@ def test_the_identifier_in_the_patch_gains_nothing(compose_cfg, tmp_path):
     task, = grader_modules("distillation")
     new = identifier_in_the_patch((task.repo / "train.py").read_text())
     assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "identifier", scale="smoke"), tolerance=0.1)
+
+
+# ------------------------------------------------------------------------------------------------------
+# The hybrid: explain what the family's visible shape can explain, learn the rest from the teacher.
+# Each step code is read off the teacher's answers to the prompts that apply it twice (f = g): it is
+# none, dedupe or a filter if that reproduces nine in ten of them, else it is left unexplained (the map).
+# Pairs are made only from explained codes, and the teacher's own pairs (every code) are trained on too.
+
+HYBRID = '''
+# ----------------------------------------------------------------------------- the family, where it explains
+from config import ANSWER_W, PROMPT_W
+
+
+def _parse(p):
+    b = p.index(1)
+    return p[b + 1] - 14, p[b + 2] - 14, p[b + 3] - 14, [t - 4 for t in p[b + 4:p.index(2)]]
+
+
+def _answers(prompts, completions):
+    for p, c in zip(prompts.tolist(), completions.tolist()):
+        f, g, o, xs = _parse(p)
+        if 3 in c and 0 <= f < 6 and 0 <= g < 6 and o in (6, 7):
+            ys = [t - 4 for t in c[:c.index(3)]]
+            if all(0 <= y < 10 for y in ys):
+                yield f, g, o, xs, ys
+
+
+def _step(role, xs):
+    if role == "dedupe":
+        return list(dict.fromkeys(xs))
+    return list(xs) if role == "none" else [x for x in xs if x in role]
+
+
+def explain(prompts, completions):
+    """(role of each step code: "none", "dedupe", the set of digits it keeps, or None where no such role
+    reproduces the teacher; rank of each digit, from the answers of explained codes)."""
+    twice = [[] for _ in range(6)]
+    for f, g, o, xs, ys in _answers(prompts, completions):
+        if f == g:
+            twice[f].append((xs, sorted(ys)))
+    roles = []
+    for obs in twice:
+        counts = [0] * 10
+        for _, ys in obs:
+            for y in ys:
+                counts[y] += 1
+        kept = frozenset(d for d in range(10) if counts[d] >= 2)
+        fits = [(sum(sorted(_step(r, _step(r, xs))) == ys for xs, ys in obs), i, r)
+                for i, r in enumerate(("none", "dedupe", kept))]
+        n, _, role = max(fits, key=lambda t: (t[0], -t[1]))
+        roles.append(role if obs and n >= 0.9 * len(obs) else None)
+    beats = [[0] * 10 for _ in range(10)]
+    for f, g, o, xs, ys in _answers(prompts, completions):
+        if roles[f] is not None and roles[g] is not None:
+            seq = ys if o == 6 else ys[::-1]
+            for i, a in enumerate(seq):
+                for b in seq[i + 1:]:
+                    beats[a][b] += a != b
+    order = sorted(range(10), key=lambda d: -sum(beats[d][e] > beats[e][d] for e in range(10)))
+    return roles, [order.index(d) for d in range(10)]
+
+
+def made_pairs(roles, rank, n, gen):
+    """n prompts in the split's layout, of explained codes only, and the answers the roles give them."""
+    prompts = torch.zeros(n, PROMPT_W, dtype=torch.long)
+    answers = torch.zeros(n, ANSWER_W, dtype=torch.long)
+    i = 0
+    while i < n:
+        f, g, o = (int(v) for v in torch.randint(6, (3,), generator=gen))
+        o = 6 + o % 2
+        xs = torch.randint(10, (int(torch.randint(3, 8, (1,), generator=gen)),), generator=gen).tolist()
+        if roles[f] is None or roles[g] is None:
+            continue
+        ys = sorted(_step(roles[g], _step(roles[f], xs)), key=rank.__getitem__, reverse=(o == 7))
+        if not ys:
+            continue
+        p = [1, 14 + f, 14 + g, 14 + o] + [4 + x for x in xs] + [2]
+        prompts[i, PROMPT_W - len(p):] = torch.tensor(p)
+        answers[i, :len(ys) + 1] = torch.tensor([4 + y for y in ys] + [3])
+        i += 1
+    return prompts, answers
+
+
+'''
+
+HYBRID_EDITS = (  # (shipped text, the probe's)
+    ("EPOCHS = 200         # passes over the distilled set",
+     "EPOCHS = 8           # passes over made pairs and the teacher's (the shipped steps)"),
+    ("tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
+     "roles, rank = explain(prompts, completions)\n"
+     "print('explained', roles, rank, flush=True)\n"
+     "made_p, made_c = made_pairs(roles, rank, 17 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))\n"
+     "prompts, completions = torch.cat([made_p] + [prompts] * 8), torch.cat([made_c] + [completions] * 8)\n"
+     "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only"),
+    ("# ----------------------------------------------------------------------------- distilled set",
+     HYBRID + "# ----------------------------------------------------------------------------- distilled set"),
+)
+
+
+def hybrid_in_the_patch(train_py: str) -> str:
+    for old, probe in HYBRID_EDITS:
+        assert train_py.count(old) == 1, old
+        train_py = train_py.replace(old, probe)
+    return train_py
+
+
+def test_the_hybrid_explains_every_code_of_the_graded_instance_but_the_map(tmp_path):
+    """The hybrid probe is real: from the graded instance's answers it reads none, dedupe, the three
+    filters and the digits' order exactly, leaves the map unexplained, and every pair it makes is right
+    there; the patch passes the information check."""
+    roles, rank, scope, (task, g, programs) = _identify_from_true_answers(tmp_path, "graded", hybrid_in_the_patch, "explain")
+    assert information_rejections(task, tmp_path, hybrid_in_the_patch((task.repo / "train.py").read_text()),
+                                  scale="smoke") == {}
+    graded = g.instance("graded")
+    truth = {code: (None if type(r).__name__ == "Map" else r) for code, r in graded.steps.items()}
+    assert {programs.STEPS[s]: r for s, r in enumerate(roles)} == truth
+    assert tuple(rank) == graded.rank
+    assert _made_pairs_right(scope, programs, roles, rank, graded) == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="open (issue 15): the hybrid scored 0.310 at smoke on 2026-12-03, below the "
+                   "published augmented transfer set (0.529) but above the shipped run's noise (see the docstring)")
+@needs_bwrap
+def test_the_hybrid_in_the_patch_gains_nothing(compose_cfg, tmp_path):
+    """Graded at smoke through the real pipeline, as the identifier above. Measured on 2026-12-03 (AMD
+    EPYC, grader seeds 0, 1, 2): from the real graded teacher's answers (0.88 right) it explained three
+    of the six codes (dedupe and two filters; none and the third filter missed its 90% bar on the
+    teacher's errors, the map was left unexplained as meant), so a quarter of the prompt space got made
+    pairs; 0.310 [0.295, 0.332], exact match 0.716, 0.713, 0.728 against the shipped 0.611, 0.626, 0.636
+    on the same seeds: +0.21, about 5 x the per-seed noise. The published augmented transfer set (more
+    prompts answered by the metered teacher) scores 0.529 on the same seeds. What the hybrid carries is
+    the family's structure (steps that keep a set of digits), which the fresh instance is meant to let
+    transfer, and it labels by a rule fitted to the metered answers within a hand-written family: at the
+    line the README draws ("no hand-written labelling rule"), which the grader does not enforce."""
+    task, = grader_modules("distillation")
+    new = hybrid_in_the_patch((task.repo / "train.py").read_text())
+    assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "hybrid", scale="smoke"), tolerance=0.1)
