@@ -225,7 +225,7 @@ def test_example_labels_are_unchanged():
     expected = {
         "agentic_rl/ppo_gae": "algorithm", "diffusion_rl/advantage_norm": "algorithm",
         "diffusion_rl/ddpo_is_ppo": "algorithm", "diffusion_rl/dpok": "algorithm", "diffusion_rl/rwr": "algorithm",
-        "distillation/augmented_transfer_set": "engineering", "dpo/dpop": "algorithm", "dpo/rpo": "algorithm",
+        "distillation/augmented_transfer_set": "engineering", "dpo/dpop": "algorithm", "dpo/preferred_ft": "algorithm", "dpo/rpo": "algorithm",
         "graph_diffusion/marginal_noise": "hyperparameters", "graph_diffusion/marginal_noise_cosine_lr": "algorithm",
         "optimizer/muon": "algorithm", "optimizer/warmup_cosine": "algorithm", "pruning/wanda": "algorithm",
         "reward_model/conservative_bt_ema": "algorithm", "reward_model/rater_noise_model": "algorithm",

@@ -435,3 +435,51 @@ def test_the_hybrid_in_the_patch_gains_nothing(compose_cfg, tmp_path):
     task, = grader_modules("distillation")
     new = hybrid_in_the_patch((task.repo / "train.py").read_text())
     assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "hybrid", scale="smoke"), tolerance=0.1)
+
+
+def hybrid_on_the_example(example_train_py: str) -> str:
+    """The hybrid added to the published augmented transfer set: the codes it explains from the teacher's
+    answers (to the training prompts and their perturbed copies) give made pairs, trained on together
+    with that larger distilled set (twice), for the example's number of steps."""
+    edits = ((HYBRID_EDITS[2][0], HYBRID_EDITS[2][1]),
+             ("tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
+              "roles, rank = explain(prompts, completions)\n"
+              "print('explained', roles, rank, flush=True)\n"
+              "made_p, made_c = made_pairs(roles, rank, 17 * n_orig // 64 * 64, torch.Generator().manual_seed(args.seed))\n"
+              "prompts, completions = torch.cat([made_p] + [prompts] * 2), torch.cat([made_c] + [completions] * 2)\n"
+              "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only"))
+    for old, probe in edits:
+        assert example_train_py.count(old) == 1, old
+        example_train_py = example_train_py.replace(old, probe)
+    return example_train_py
+
+
+def _example_train_py(tmp_path, task, name: str) -> str:
+    import subprocess
+    from ai4ai import PROJECT_ROOT
+    from .conftest import copy_tree
+    repo = copy_tree(task.repo, tmp_path / f"example_{name}")
+    subprocess.run(["patch", "-s", "-p1", "-i", str(PROJECT_ROOT / "examples" / task.name / f"{name}.patch")],
+                   cwd=repo, check=True)
+    return (repo / "train.py").read_text()
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_the_hybrid_adds_nothing_to_the_published_example(compose_cfg, tmp_path):
+    """Graded at smoke: the augmented transfer set alone, and with the hybrid's made pairs added. Measured
+    on 2026-12-03 (AMD EPYC, grader seeds 0, 1, 2): alone 0.545 [0.517, 0.559] (exact match 0.803, 0.820,
+    0.820), with the hybrid 0.414 [0.359, 0.446] (0.774, 0.771, 0.739): the made pairs, right for a quarter
+    of the prompt space, dilute the teacher's answers to the rest. The structure buys nothing over the
+    best published use of the budget."""
+    task, = grader_modules("distillation")
+    example = _example_train_py(tmp_path, task, "augmented_transfer_set")
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "with").mkdir()
+    alone = grade_train_py(compose_cfg, tmp_path / "alone", task, example, "augmented", scale="smoke")
+    both = grade_train_py(compose_cfg, tmp_path / "with", task, hybrid_on_the_example(example), "augmented+hybrid",
+                          scale="smoke")
+    for r in (alone, both):
+        assert r["status"] == "graded" and not [s for s in r["checkpoints"]["per_seed"] if s.get("cut")]
+    print("alone", alone["raw"]["per_seed"], alone["score"], "with the hybrid", both["raw"]["per_seed"], both["score"])
+    assert both["score"] < alone["score"] + 0.1, (both["score"], alone["score"])
