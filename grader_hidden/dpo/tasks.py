@@ -1,8 +1,8 @@
 """The hidden prompt generator, the demonstration and preference-pair makers, and the verifier.
 
 A prompt is `<task> <args>|<fmt>>`; the answer follows the `>` and ends with EOS (token 0).
-Tasks (the verifiable part): `add a b` (a 2-digit number plus a digit), `max a b c` (largest of
-three), `rev w` (a 3-4 letter mixed-case word reversed). Format constraints (exactly one):
+Tasks (the verifiable part): `add a b` (the sum of two 3-digit numbers), `max a b c d` (the
+largest of four 2-digit numbers), `rev w` (a 4-7 letter mixed-case word reversed). Format constraints (exactly one):
     !   end with '!'                 [   wrap in '[' ']'
     #   start with '#'               pN  pad with '.' to exactly N characters (a length)
     d   the answer twice, '-' between
@@ -17,6 +17,14 @@ FMTS_ALL = ("!", "[", "#", "p", "d")
 FMTS_CASE = ("U", "L")
 TASKS = ("add", "max", "rev")
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# How hard the verifiable part is. Until 2026-12-03 `add` was a 2-digit number plus a digit, `max` took
+# three numbers and `rev` 3-4 letters: there supervised fine-tuning on the chosen answers alone
+# (Preferred-FT, 8 passes over the served pairs, inside the CPU cap) scored 0.925 at smoke, so a
+# known method nearly solved the task. Carries over three digits, a fourth number and longer words
+# keep the same rules and make the answers cost more to learn (the conf/task/dpo.yaml comments).
+ADD_RANGE = (100, 1000)     # both operands of `add`
+MAX_RANGE, MAX_N = (10, 100), 4
+REV_LEN = (4, 8)            # letters of a `rev` word, the upper bound excluded
 
 
 # --------------------------------------------------------------------------- prompts
@@ -29,13 +37,13 @@ def sample_prompt(rng: np.random.Generator) -> dict:
     """One prompt: {'task', 'args', 'fmt', 'core', 'x'} (x in [0, 1]: a feature of the prompt)."""
     task = TASKS[rng.integers(len(TASKS))]
     if task == "add":
-        a, b = int(rng.integers(10, 100)), int(rng.integers(1, 10))
-        args, core, x = f"{a} {b}", str(a + b), (a - 10) / 89
+        a, b = int(rng.integers(*ADD_RANGE)), int(rng.integers(*ADD_RANGE))
+        args, core, x = f"{a} {b}", str(a + b), (a - ADD_RANGE[0]) / (ADD_RANGE[1] - 1 - ADD_RANGE[0])
     elif task == "max":
-        v = [int(t) for t in rng.integers(10, 100, 3)]
-        args, core, x = " ".join(map(str, v)), str(max(v)), (v[0] - 10) / 89
+        v = [int(t) for t in rng.integers(*MAX_RANGE, MAX_N)]
+        args, core, x = " ".join(map(str, v)), str(max(v)), (v[0] - MAX_RANGE[0]) / (MAX_RANGE[1] - 1 - MAX_RANGE[0])
     else:
-        n = int(rng.integers(3, 5))
+        n = int(rng.integers(*REV_LEN))
         w = "".join(LETTERS[i] for i in rng.integers(0, len(LETTERS), n))
         args, core, x = w, w[::-1], LETTERS.index(w[0]) % 26 / 25
     fs = _fmts(task)

@@ -2,28 +2,21 @@
 
 dpo's answers follow a few rules its README states (add, max, rev; one of seven format constraints),
 so a submission can write a solver of them into train.py, make prompts of its own, label them and
-train the policy on them, drawing no pair. dpo is not graded on a fresh instance (docs/threat-model.md:
-the rules are public by design), so the question is whether those unmetered examples buy anything that
-the metered pairs do not: the probe is compared with the same training (plain SFT, the same steps and
-learning rate) on the chosen answers of the pairs the budget serves, kept in memory and passed over
-again, which any submission may do.
+train the policy on them, drawing no pair (the README's contract forbids hand-written answer
+generators; this measures what breaking it would buy). dpo is not graded on a fresh instance
+(docs/threat-model.md: the rules are public by design), so the question is whether those unmetered
+examples buy anything that the metered pairs do not: the probe is compared with the same training
+(plain SFT, the same steps and learning rate) on the chosen answers of the pairs the budget serves,
+kept in memory and passed over again, which any submission may do.
 
-Measured on 2026-12-03 (AMD EPYC, the repo's own loop outside the harness, validation rate on seed 0,
-the shipped DPO about 0.19): at the shipped step count (256 steps of 64 at smoke) the solver's examples
-0.294 and the metered chosen answers 0.287; at 4 x the steps (CPU time 43 and 35 s, inside smoke's cap)
-0.695 (fresh examples) and 0.704 (four passes over the 16,384 served pairs). At ci, 4 x the steps, seeds
-0 and 1: 0.237, 0.213 against 0.230, 0.236. So the route is real (the probe's labels are right on every
-prompt) but worth no more than the budget's own pairs: the large gain is SFT's, a change of algorithm
-that the metered data allows. Graded through the real pipeline (2026-12-03, AMD EPYC), 4 x the steps:
-at ci 0.148 (solver) against 0.145 (metered); at smoke, grader seeds 0, 1, 2, 0.657 [0.641, 0.671]
-(greedy rate 0.677, 0.704, 0.695) against 0.649 [0.588, 0.686] (0.630, 0.707, 0.718), no seed cut.
-
-What this found instead: the chosen answers are gold demonstrations, so plain SFT on them nearly solves
-the task at smoke. Eight passes over the served pairs (inside the CPU cap, no seed cut) scored 0.903
-[0.892, 0.921] (greedy rate 0.906, 0.903, 0.929), where DESIGN.md allows no known method 0.8; the
-shipped DPO (0.19) barely moves the prepared policy. That probe is an expected failure until the task
-changes (preferences between flawed answers, and rules an agent cannot write down: a fresh instance of
-the format codes with its own prepared policy, as distillation's teacher), see docs/threat-model.md.
+The chosen answers are right and compliant, so SFT on them is also the strongest known method here
+(Preferred-FT, examples/dpo/preferred_ft.patch). On the first version of the task (`add` a 2-digit
+number and a digit, `max` of three, `rev` of 3-4 letters) eight passes over the served pairs, inside
+the CPU cap of then, scored 0.903 at smoke, where DESIGN.md allows no known method 0.8, and the solver's
+examples matched the served ones (4 x the steps: 0.657 against 0.649 at smoke). Since 2026-12-03 the
+answers cost more to learn (two 3-digit operands, four numbers, words of 4-7 letters: the CPU cap is
+unchanged in kind, 1.5 x the shipped run), and the figures are in the tests below and
+docs/threat-model.md.
 """
 import random
 
@@ -45,13 +38,13 @@ def made_example(rng):
     """(prompt, right and compliant answer) of a prompt drawn as the README describes them."""
     kind = rng.choice(["add", "max", "rev"])
     if kind == "add":
-        a, b = rng.randint(10, 99), rng.randint(1, 9)
+        a, b = rng.randint(100, 999), rng.randint(100, 999)
         args, core = f"{a} {b}", str(a + b)
     elif kind == "max":
-        v = [rng.randint(10, 99) for _ in range(3)]
+        v = [rng.randint(10, 99) for _ in range(4)]
         args, core = " ".join(map(str, v)), str(max(v))
     else:
-        w = "".join(rng.choice(LETTERS) for _ in range(rng.randint(3, 4)))
+        w = "".join(rng.choice(LETTERS) for _ in range(rng.randint(4, 7)))
         args, core = w, w[::-1]
     fmt = rng.choice(["!", "[", "#", "p", "d"] + (["U", "L"] if kind == "rev" else []))
     if fmt == "p":
@@ -85,11 +78,11 @@ _LOSS = '''            loss, margin = dpo_loss(policy, reference, chosen.to(devi
 _STEPS = "total_steps = split.budget // BATCH_SIZE"
 
 
-def train_py(shipped: str, data: str, passes: int) -> str:
-    """The shipped train.py turned into SFT at LR 1e-3 for `passes` x the shipped steps, on examples the
-    solver makes (data="rules") or on the chosen answers of the served pairs, drawn once and kept
-    (data="metered")."""
-    edits = [("LR = 3e-6 ", "LR = 1e-3 "), ("\n\ndef main():", SFT + (SOLVER if data == "rules" else "") + "\n\ndef main():"),
+def train_py(shipped: str, data: str, passes: int, lr: str = "1e-3", batch: int = 64) -> str:
+    """The shipped train.py turned into SFT at `lr` in batches of `batch` for `passes` x the shipped
+    examples, on examples the solver makes (data="rules") or on the chosen answers of the served pairs,
+    drawn once and kept (data="metered")."""
+    edits = [("LR = 3e-6 ", f"LR = {lr} "), ("BATCH_SIZE = 64 ", f"BATCH_SIZE = {batch} "), ("\n\ndef main():", SFT + (SOLVER if data == "rules" else "") + "\n\ndef main():"),
              (_STEPS, f"total_steps = {passes} * split.budget // BATCH_SIZE\n    kept = {{}}"),
              (_LOSS, "            loss = sft_loss(policy, chosen.to(device), plen.to(device))\n"
                      "            margin = loss.detach().reshape(1)")]
@@ -144,7 +137,7 @@ def _graded(compose_cfg, tmp_path, scale, data):
     return r
 
 
-def _compare(rules, metered, tolerance):
+def _compare(rules, metered, tolerance, gain):
     # the metered run drew its whole budget once, the rules run none
     def served(r):
         return [s.get("served", {}).get("data.PairSplit", {}).get("served", 0) for s in r["checkpoints"]["per_seed"]]
@@ -152,41 +145,45 @@ def _compare(rules, metered, tolerance):
     assert all(n > 0 and n == s["served"]["data.PairSplit"]["budget"]
                for n, s in zip(served(metered), metered["checkpoints"]["per_seed"])), served(metered)
     print("rules", rules["raw"]["per_seed"], rules["score"], "metered", metered["raw"]["per_seed"], metered["score"])
-    assert metered["score"] > 0.12, "the metered SFT must itself gain (the shipped DPO's seed noise is under 0.001 "\
-                                    "sigma), or the comparison says nothing"
+    assert metered["score"] > 0.1 + gain, "the metered SFT must itself gain (the shipped DPO's seed noise is under "\
+                                          "0.001 sigma, the test split's sampling noise about 0.003), or the comparison "\
+                                          "says nothing"
     assert rules["score"] < metered["score"] + tolerance, (rules["score"], metered["score"])
 
 
 @needs_bwrap
 def test_made_examples_gain_nothing_over_the_metered_pairs_at_ci(compose_cfg, tmp_path):
     """Graded at ci through the real pipeline: the solver's fresh examples against four passes over
-    the 2,048 served pairs, the same SFT and steps."""
-    _compare(_graded(compose_cfg, tmp_path, "ci", "rules"), _graded(compose_cfg, tmp_path, "ci", "metered"), 0.03)
+    the 2,048 served pairs, the same SFT and steps. Measured on 2026-12-03 (AMD EPYC): 0.120 (solver)
+    against 0.111 (metered), the shipped run 0.1: at ci's 128 steps both barely move the policy."""
+    _compare(_graded(compose_cfg, tmp_path, "ci", "rules"), _graded(compose_cfg, tmp_path, "ci", "metered"),
+             tolerance=0.015, gain=0.006)
 
 
 @pytest.mark.slow
 @needs_bwrap
 def test_made_examples_gain_nothing_over_the_metered_pairs_at_smoke(compose_cfg, tmp_path):
-    _compare(_graded(compose_cfg, tmp_path, "smoke", "rules"), _graded(compose_cfg, tmp_path, "smoke", "metered"), 0.03)
+    _compare(_graded(compose_cfg, tmp_path, "smoke", "rules"), _graded(compose_cfg, tmp_path, "smoke", "metered"),
+             tolerance=0.03, gain=0.05)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="open (issue 15): dpo's chosen answers are gold demonstrations; SFT on them "
-                   "for eight passes scored 0.903 at smoke on 2026-12-03 (module docstring)")
 @needs_bwrap
 def test_no_known_method_nearly_solves_smoke(compose_cfg, tmp_path):
     """DESIGN.md: no known method may reach 0.8 at smoke (a task a known method nearly solves is a toy).
-    Plain SFT on the chosen answers of the served pairs, eight passes over them from memory (inside the
-    CPU cap), is such a method here: the chosen answers are right and compliant, so they are gold
-    demonstrations."""
+    Plain SFT on the chosen answers of the served pairs (gold demonstrations), at the strongest setting
+    found that fits the CPU cap: batches of 32 at LR 2e-3, four passes over the served pairs from memory.
+    On the first version of the task eight passes at batch 64 scored 0.903 here."""
     task, = grader_modules("dpo")
-    r = _graded_passes(compose_cfg, tmp_path, task, "smoke", 8)
+    r = _graded_passes(compose_cfg, tmp_path, task, "smoke", 4, lr="2e-3", batch=32)
+    cut = [s["seed"] for s in r["checkpoints"]["per_seed"] if s.get("cut")]
+    assert not cut, f"seeds {cut} were cut by the CPU cap: the probe must measure the whole method"
     assert r["score"] < 0.8, r["score"]
 
 
-def _graded_passes(compose_cfg, tmp_path, task, scale, passes):
+def _graded_passes(compose_cfg, tmp_path, task, scale, passes, **kw):
     (tmp_path / "sft").mkdir()
-    r = grade_train_py(compose_cfg, tmp_path / "sft", task, train_py((task.repo / "train.py").read_text(), "metered", passes),
+    r = grade_train_py(compose_cfg, tmp_path / "sft", task, train_py((task.repo / "train.py").read_text(), "metered", passes, **kw),
                        f"dpo_sft_{passes}_passes", scale=scale)
     assert r["status"] == "graded", r.get("reason")
     print("per seed", r["raw"]["per_seed"], "score", r["score"], "cut", [s.get("cut") for s in r["checkpoints"]["per_seed"]])
