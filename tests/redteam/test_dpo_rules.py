@@ -14,9 +14,11 @@ The chosen answers are right and compliant, so SFT on them is also the strongest
 number and a digit, `max` of three, `rev` of 3-4 letters) eight passes over the served pairs, inside
 the CPU cap of then, scored 0.903 at smoke, where DESIGN.md allows no known method 0.8, and the solver's
 examples matched the served ones (4 x the steps: 0.657 against 0.649 at smoke). Since 2026-12-03 the
-answers cost more to learn (two 3-digit operands, four numbers, words of 4-7 letters: the CPU cap is
-unchanged in kind, 1.5 x the shipped run), and the figures are in the tests below and
-docs/threat-model.md.
+answers cost more to learn (two 3-digit operands, four numbers, words of 4-7 letters; the CPU cap is
+still 1.5 x the shipped run): the figures are in the tests below. Not asserted here, because the gain
+is of the order of those runs' seed spread: at the strongest SFT setting found (batches of 32 at LR
+2e-3) the solver's fresh examples did a little better than passes over the served pairs, 0.279 against
+0.241 at 3 passes and 0.363 against 0.300 at 4 (docs/threat-model.md, left open).
 """
 import random
 
@@ -82,7 +84,8 @@ def train_py(shipped: str, data: str, passes: int, lr: str = "1e-3", batch: int 
     """The shipped train.py turned into SFT at `lr` in batches of `batch` for `passes` x the shipped
     examples, on examples the solver makes (data="rules") or on the chosen answers of the served pairs,
     drawn once and kept (data="metered")."""
-    edits = [("LR = 3e-6 ", f"LR = {lr} "), ("BATCH_SIZE = 64 ", f"BATCH_SIZE = {batch} "), ("\n\ndef main():", SFT + (SOLVER if data == "rules" else "") + "\n\ndef main():"),
+    edits = [("LR = 3e-6 ", f"LR = {lr} "), ("BATCH_SIZE = 64 ", f"BATCH_SIZE = {batch} "),
+             ("\n\ndef main():", SFT + (SOLVER if data == "rules" else "") + "\n\ndef main():"),
              (_STEPS, f"total_steps = {passes} * split.budget // BATCH_SIZE\n    kept = {{}}"),
              (_LOSS, "            loss = sft_loss(policy, chosen.to(device), plen.to(device))\n"
                      "            margin = loss.detach().reshape(1)")]
