@@ -158,9 +158,11 @@ def _compare(rules, metered, tolerance, gain):
 def test_made_examples_gain_nothing_over_the_metered_pairs_at_ci(compose_cfg, tmp_path):
     """Graded at ci through the real pipeline: the solver's fresh examples against four passes over
     the 2,048 served pairs, the same SFT and steps. Measured on 2026-12-03 (AMD EPYC): 0.120 (solver)
-    against 0.111 (metered), the shipped run 0.1: at ci's 128 steps both barely move the policy."""
+    against 0.111 (metered), the shipped run 0.1: at ci's 128 steps both barely move the policy, so this
+    only catches a solver that gains about three times what the served pairs give (the tolerance leaves
+    room for another CPU's arithmetic); the smoke test below is the measurement."""
     _compare(_graded(compose_cfg, tmp_path, "ci", "rules"), _graded(compose_cfg, tmp_path, "ci", "metered"),
-             tolerance=0.015, gain=0.006)
+             tolerance=0.02, gain=0.006)
 
 
 @pytest.mark.slow
