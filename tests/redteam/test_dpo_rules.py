@@ -162,7 +162,7 @@ def test_made_examples_gain_nothing_over_the_metered_pairs_at_ci(compose_cfg, tm
     only catches a solver that gains about three times what the served pairs give (the tolerance leaves
     room for another CPU's arithmetic); the smoke test below is the measurement."""
     _compare(_graded(compose_cfg, tmp_path, "ci", "rules"), _graded(compose_cfg, tmp_path, "ci", "metered"),
-             tolerance=0.02, gain=0.006)
+             tolerance=0.02, gain=0.005)     # gain: twice the test split's sampling noise at ci (0.0024)
 
 
 @pytest.mark.slow
