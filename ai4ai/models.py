@@ -50,6 +50,7 @@ import yaml
 from . import PROJECT_ROOT
 from .console import say
 from .hidden import load_grader
+from .layout import file_lock
 from .provenance import model_sha256, python_executable, task_version, tree_sha256
 from .task import Task, TaskError
 from .workspace import copy_repo, make_writable
@@ -98,6 +99,14 @@ class ModelInfo:
     symbols: list              # task token i: a special name, one character or a `<...>` symbol
     n_layers: int | None
     hidden_size: int | None
+
+
+def cache_kwarg() -> str:
+    """The name of the key/value cache in this transformers (forward's argument and the output's field):
+    `cache` from 5.24, `past_key_values` before; later 5.x accept the older name until 5.40 drops it.
+    The graders' greedy decoders pass and read the cache under it (`model(..., **{name: cache})`)."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+    return "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 def _quiet() -> None:
@@ -265,6 +274,12 @@ def _derive(task: Task, info: ModelInfo) -> Path:
     dest = CACHE_ROOT / task.name / f"{tree_sha256(task.repo)[:16]}-{info.sha256[:16]}" / "repo"
     if dest.is_dir():
         return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(dest.with_name("repo.lock")):     # processes deriving it at once: one does, the rest reuse it
+        return dest if dest.is_dir() else _derive_locked(task, info, dest)
+
+
+def _derive_locked(task: Task, info: ModelInfo, dest: Path) -> Path:
     tmp = dest.with_name("repo.partial")
     if tmp.exists():
         make_writable(tmp)

@@ -33,7 +33,7 @@ from pathlib import Path
 from . import PROJECT_ROOT
 from .console import TrainingBar, say
 from .hidden import load_grader
-from .layout import DATA
+from .layout import DATA, file_lock
 from .provenance import UNVERSIONED, python_executable, tree_sha256
 from .sandbox import Mount
 from .task import Task
@@ -180,7 +180,14 @@ class _Heartbeat:
 def _build_cached(dest: Path, label: str, write, may_be_absent: tuple[str, ...] = ()) -> Path:
     """Reuse `dest` when complete and verified; else run `write(folder) -> {name: sha256}` into
     dest.partial, check every file against what it returned, write SHA256SUMS and .complete, and
-    rename it into place (so a killed write never passes for a complete one)."""
+    rename it into place (so a killed write never passes for a complete one). Processes that need the
+    same folder at once (a multirun's gradings) take turns on its lock: one builds, the rest reuse it."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(dest.with_name(dest.name + ".lock")):
+        return _build_locked(dest, label, write, may_be_absent)
+
+
+def _build_locked(dest: Path, label: str, write, may_be_absent: tuple[str, ...]) -> Path:
     if (dest / ".complete").exists():
         problems = verify(dest, may_be_absent)
         if not problems:

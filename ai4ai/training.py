@@ -27,7 +27,7 @@ from . import PROJECT_ROOT, hostspeed
 from .console import TrainingBar, printable
 from .context import RunContext
 from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD
-from .layout import KERNELS, OUT, REPO, TRAIN_HOME, RunDir, write_json
+from .layout import KERNELS, OUT, REPO, TRAIN_HOME, RunDir, file_lock, write_json
 from .meter import MeterFault, Served, remove_held, serving
 from .preparing import read_sums, shrink_env, write_sums
 from .provenance import python_executable
@@ -191,15 +191,20 @@ def put_graded(graded: Path, dest: Path) -> None:
 
 
 def build_once(dest: Path, build) -> Path:
+    """`build(folder)` into dest.partial, renamed to dest when done; an existing dest is reused. Processes
+    that need the same dest at once take turns on its lock: one builds, the rest reuse it."""
     if dest.exists():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".partial")
-    if tmp.exists():
-        make_writable(tmp)
-        shutil.rmtree(tmp)
-    build(tmp)
-    tmp.rename(dest)
+    with file_lock(dest.with_name(dest.name + ".lock")):
+        if dest.exists():
+            return dest
+        tmp = dest.with_name(dest.name + ".partial")
+        if tmp.exists():
+            make_writable(tmp)
+            shutil.rmtree(tmp)
+        build(tmp)
+        tmp.rename(dest)
     return dest
 
 

@@ -38,3 +38,29 @@ def test_no_folder_of_the_checkout_shadows_an_installed_module():
                if p.is_dir() and p.name in owners and set(owners[p.name]) != {"ai4ai"}}
     assert not clashes, f"rename these folders, they shadow installed modules: {clashes}"
     assert "kernels" not in {p.name for p in PROJECT_ROOT.iterdir()}
+
+
+def test_the_cache_goes_under_the_installed_transformers_name():
+    """The repos' and graders' greedy decoders pass the key/value cache as `cache_kwarg()`: the
+    installed transformers' own GPT-2 takes it there without a deprecation warning, returns it in the
+    same field, and a cached step gives the logits of a full forward of the sequence."""
+    import warnings
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from ai4ai.models import cache_kwarg
+
+    name = cache_kwarg()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=11, n_positions=8, n_embd=16, n_layer=2, n_head=2,
+                                       bos_token_id=None, eos_token_id=None, pad_token_id=None)).eval()
+    seq = torch.tensor([[1, 4, 2, 7]])
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", FutureWarning)
+        warnings.simplefilter("error", DeprecationWarning)
+        res = model(input_ids=seq[:, :3], use_cache=True)
+        step = model(input_ids=seq[:, 3:], use_cache=True, **{name: getattr(res, name)})
+        full = model(input_ids=seq)
+    assert getattr(step, name) is not None
+    assert torch.allclose(step.logits[:, -1], full.logits[:, -1], atol=1e-5)

@@ -110,3 +110,60 @@ def test_a_gpu_another_process_uses_is_refused(monkeypatch, tmp_path):
     monkeypatch.setattr(grade.shutil, "which", lambda name: str(smi))
     with pytest.raises(grade.EnvironmentFault, match="pid 4242"):
         grade.require_idle_gpu("cuda")
+
+
+def _build_shared_cache(dest, log):
+    """One process of several that need the same cache folder at once (a multirun's gradings)."""
+    from ai4ai import preparing
+
+    def write(folder):
+        with open(log, "a") as f:
+            f.write("built\n")
+        time.sleep(1.0)                       # long enough for the others to arrive midway
+        (folder / "split.bin").write_bytes(b"x" * 1000)
+        return {"split.bin": preparing.sha256_file(folder / "split.bin")}
+
+    assert preparing._build_cached(dest, "shared", write) == dest
+
+
+def test_processes_preparing_one_cache_at_once_build_it_once(tmp_path):
+    """Without the folder's lock a second process took the first one's .partial folder for a killed
+    prepare and deleted it, or its rename met the finished folder ("Directory not empty")."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    dest, log = tmp_path / "cache" / "data", tmp_path / "log"
+    procs = [ctx.Process(target=_build_shared_cache, args=(dest, log)) for _ in range(3)]
+    for p in procs:
+        p.start()
+        time.sleep(0.2)
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert log.read_text() == "built\n"
+    assert (dest / ".complete").exists() and (dest / "split.bin").read_bytes() == b"x" * 1000
+    assert not dest.with_name("data.partial").exists()
+
+
+def _build_once_shared(dest, log):
+    def build(folder):
+        with open(log, "a") as f:
+            f.write("built\n")
+        folder.mkdir()
+        time.sleep(1.0)
+        (folder / "weights").write_text("w")
+
+    assert grade.build_once(dest, build) == dest
+
+
+def test_processes_needing_one_built_folder_at_once_build_it_once(tmp_path):
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    dest, log = tmp_path / "cache" / "base", tmp_path / "log"
+    procs = [ctx.Process(target=_build_once_shared, args=(dest, log)) for _ in range(3)]
+    for p in procs:
+        p.start()
+        time.sleep(0.2)
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert log.read_text() == "built\n" and (dest / "weights").read_text() == "w"

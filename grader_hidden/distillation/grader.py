@@ -21,6 +21,7 @@ import torch
 import yaml
 
 from ai4ai.hidden import write_splits
+from ai4ai.models import cache_kwarg
 
 from . import programs as P
 
@@ -62,6 +63,7 @@ def greedy(model: torch.nn.Module, prompts: np.ndarray, batch: int = 1000) -> np
     device = next(model.parameters()).device
     x_all = torch.from_numpy(prompts.astype(np.int64))
     out = torch.full((len(x_all), P.ANSWER_W), P.PAD, dtype=torch.long)
+    cache = cache_kwarg()
     for i in range(0, len(x_all), batch):
         res = model(input_ids=x_all[i:i + batch].to(device), use_cache=True)
         n = res.logits.shape[0]
@@ -76,7 +78,7 @@ def greedy(model: torch.nn.Module, prompts: np.ndarray, batch: int = 1000) -> np
             done |= nxt == P.EOS
             if bool(done.all()) or t == P.ANSWER_W - 1:
                 break
-            res = model(input_ids=nxt[:, None], past_key_values=res.past_key_values, use_cache=True)
+            res = model(input_ids=nxt[:, None], use_cache=True, **{cache: getattr(res, cache)})
         out[i:i + n][bad.cpu(), 0] = -1
     return out.numpy()
 

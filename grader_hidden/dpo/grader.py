@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.models import token_maps
+from ai4ai.models import cache_kwarg, token_maps
 
 from . import tasks
 
@@ -96,6 +96,7 @@ def _greedy(model, prompts: torch.Tensor, to_model=lambda t: t, to_task=lambda t
     steps = SEQ_LEN - P
     out = torch.zeros(B, steps, dtype=torch.long, device=prompts.device)
     done = torch.zeros(B, dtype=torch.bool, device=prompts.device)
+    cache = cache_kwarg()
     res = model(input_ids=to_model(prompts), use_cache=True)
     for t in range(steps):
         logits = res.logits[:, -1].double()
@@ -106,7 +107,7 @@ def _greedy(model, prompts: torch.Tensor, to_model=lambda t: t, to_task=lambda t
         done |= out[:, t] == EOS
         if bool(done.all()) or t == steps - 1:
             break
-        res = model(input_ids=nxt[:, None], past_key_values=res.past_key_values, use_cache=True)
+        res = model(input_ids=nxt[:, None], use_cache=True, **{cache: getattr(res, cache)})
     return out
 
 

@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from ai4ai.hidden import write_splits
-from ai4ai.models import token_maps
+from ai4ai.models import cache_kwarg, token_maps
 
 from . import problems as P
 
@@ -70,6 +70,7 @@ def generate(model: torch.nn.Module, data: Split) -> list[str | None]:
     was not finite. Prompts of equal length are batched together, so no padding is needed."""
     device = next(model.parameters()).device
     to_model, to_task = token_maps(model, device)
+    cache = cache_kwarg()
     out: list[str | None] = [None] * len(data.rows)
     for L in sorted(set(data.prompt_len.tolist())):
         rows = np.nonzero(data.prompt_len == L)[0]
@@ -86,7 +87,7 @@ def generate(model: torch.nn.Module, data: Split) -> list[str | None]:
                 ended = (toks[-1][:, 0] == P.EOS) if ended is None else ended | (toks[-1][:, 0] == P.EOS)
                 if t + 1 == P.SEQ_LEN - L or bool(ended.all()):
                     break
-                res = model(input_ids=nxt, cache=res.cache, use_cache=True)
+                res = model(input_ids=nxt, use_cache=True, **{cache: getattr(res, cache)})
             gen = torch.cat(toks, 1).cpu().numpy()
             ok = finite.cpu().numpy()
             for j, r, f in zip(idx, gen, ok):

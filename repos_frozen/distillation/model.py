@@ -13,6 +13,10 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from config import BYOM, EOS, MAX_NEW, N_POSITIONS, PAD, TOKEN_IDS, VOCAB, get_scale
 
+# transformers names the key/value cache `cache` (forward's argument, the output's field) from 5.24 and
+# `past_key_values` before; later 5.x accept the older name with a warning until 5.40 drops it.
+CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
 
 def _gpt(n_layer: int, n_embd: int, n_head: int) -> GPT2LMHeadModel:
     cfg = GPT2Config(
@@ -29,7 +33,7 @@ class OwnStudent(torch.nn.Module):
     out, the model's logits of the task's tokens in task order (the rows of its LM head for them),
     so they compare with the teacher's. Two task tokens on one model token (GPT-2's <bos> is its
     <eos>) read as the later one, <eos>: the earlier one's column is SHADOWED, a constant (finite:
-    the grader poisons non-finite logits), never the argmax. Other arguments (past_key_values,
+    the grader poisons non-finite logits), never the argmax. Other arguments (the cache,
     use_cache, attention_mask, ...) go to the model; `labels` (task ids, -100 ignored) gives the
     shifted next-token loss."""
 
@@ -44,15 +48,16 @@ class OwnStudent(torch.nn.Module):
         self.register_buffer("shadowed", torch.tensor(shadowed, dtype=torch.bool), persistent=False)
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, **kw) -> CausalLMOutputWithPast:
-        if "past_key_values" in kw:         # the older name of transformers' `cache`
-            kw["cache"] = kw.pop("past_key_values")
+        for name in ("cache", "past_key_values"):     # either name of the cache, as this transformers calls it
+            if name != CACHE and name in kw:
+                kw[CACHE] = kw.pop(name)
         out = self.lm(input_ids=self.token_ids[input_ids], **kw)
         logits = out.logits[..., self.token_ids].masked_fill(self.shadowed, self.SHADOWED)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
                                    labels[:, 1:].reshape(-1), ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE: getattr(out, CACHE)})
 
 
 def build_model(scale: str) -> torch.nn.Module:
@@ -118,7 +123,7 @@ def greedy_generate(model: torch.nn.Module, prompts: torch.Tensor, max_new: int 
             done = done | (nxt == EOS)
             if bool(done.all()) or t == max_new - 1:
                 break
-            res = model(input_ids=nxt[:, None], past_key_values=res.past_key_values, use_cache=True)
+            res = model(input_ids=nxt[:, None], use_cache=True, **{CACHE: getattr(res, CACHE)})
     return (out, out_logits) if return_logits else out
 
 

@@ -6,8 +6,13 @@ prepare.py and artifacts.py); build_model itself only builds the architecture. W
 """
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from config import BYOM, EOS, SEQ_LEN, TOKEN_IDS, VOCAB, get_scale
+
+# transformers names the key/value cache `cache` (forward's argument, the output's field) from 5.24 and
+# `past_key_values` before; later 5.x accept the older name with a warning until 5.40 drops it.
+CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 def build_model(scale: str) -> GPT2LMHeadModel:
@@ -62,7 +67,7 @@ def greedy_generate(model: torch.nn.Module, prompts: torch.Tensor, max_len: int 
     out = torch.zeros(B, max_len - P, dtype=torch.long, device=prompts.device)
     done = torch.zeros(B, dtype=torch.bool, device=prompts.device)
     res = model(input_ids=prompts, use_cache=True)
-    past = res.past_key_values
+    past = getattr(res, CACHE)
     for t in range(max_len - P):
         nxt = res.logits[:, -1].float().argmax(-1)
         nxt = torch.where(done, torch.full_like(nxt, EOS), nxt)
@@ -70,8 +75,8 @@ def greedy_generate(model: torch.nn.Module, prompts: torch.Tensor, max_len: int 
         done |= nxt == EOS
         if bool(done.all()) or t == max_len - P - 1:
             break
-        res = model(input_ids=nxt[:, None], past_key_values=past, use_cache=True)
-        past = res.past_key_values
+        res = model(input_ids=nxt[:, None], use_cache=True, **{CACHE: past})
+        past = getattr(res, CACHE)
     return out
 
 

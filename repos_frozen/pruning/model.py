@@ -15,6 +15,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHea
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.pytorch_utils import Conv1D
 
+# transformers names the key/value cache `cache` (forward's argument, the output's field) from 5.24 and
+# `past_key_values` before; later 5.x accept the older name with a warning until 5.40 drops it.
+CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
 REPO = Path(__file__).resolve().parent
 
 
@@ -33,14 +37,15 @@ class OwnLM(torch.nn.Module):
         self.register_buffer("token_ids", torch.tensor(token_ids, dtype=torch.long), persistent=False)
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, **kw) -> CausalLMOutputWithPast:
-        if "past_key_values" in kw:         # the older name of transformers' `cache`
-            kw["cache"] = kw.pop("past_key_values")
+        for name in ("cache", "past_key_values"):     # either name of the cache, as this transformers calls it
+            if name != CACHE and name in kw:
+                kw[CACHE] = kw.pop(name)
         out = self.lm(input_ids=self.token_ids[input_ids], **kw)
         logits = out.logits[..., self.token_ids]
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1))
-        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE: getattr(out, CACHE)})
 
 
 def build_model(scale: str) -> torch.nn.Module:

@@ -14,10 +14,15 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import load_file
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from config import ANSWER_MARK, EOS, SEQ_LEN, decode
 from data import load_sequences, prompt_lengths
 from model import build_model
+
+# transformers names the key/value cache `cache` (forward's argument, the output's field) from 5.24 and
+# `past_key_values` before; later 5.x accept the older name with a warning until 5.40 drops it.
+CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 def load_checkpoint(path: str, scale: str) -> torch.nn.Module:
@@ -42,7 +47,7 @@ def greedy_complete(model: torch.nn.Module, prompts: torch.Tensor, batch: int = 
                 toks.append(nxt)
                 if t + 1 == SEQ_LEN - L or bool((torch.cat(toks, 1) == EOS).any(1).all()):
                     break
-                res = model(input_ids=nxt, cache=res.cache, use_cache=True)
+                res = model(input_ids=nxt, use_cache=True, **{CACHE: getattr(res, CACHE)})
             gen = torch.cat(toks, 1)
             for j, r in zip(idx.tolist(), gen):
                 out[j] = decode(r)

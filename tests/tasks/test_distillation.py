@@ -13,6 +13,7 @@ import torch
 from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.task_checks import Report, contract_checks
 from ai4ai.hidden import load_grader
+from ai4ai.models import cache_kwarg
 from ai4ai.task import load_task
 
 from . import calibrated
@@ -175,15 +176,17 @@ class Oracle(torch.nn.Module):
             out[i, :len(ans)] = torch.tensor(ans)
         return out
 
-    def forward(self, input_ids, past_key_values=None, use_cache=True):
-        if past_key_values is None:
-            past_key_values = {"ans": self._answers(input_ids), "t": 0}
+    def forward(self, input_ids, use_cache=True, **cache):      # the cache under this transformers' name only
+        past = cache.pop(cache_kwarg(), None)
+        assert not cache, cache
+        if past is None:
+            past = {"ans": self._answers(input_ids), "t": 0}
         else:
-            past_key_values["t"] += 1
-        tok = past_key_values["ans"][:, min(past_key_values["t"], self.P.ANSWER_W - 1)]
+            past["t"] += 1
+        tok = past["ans"][:, min(past["t"], self.P.ANSWER_W - 1)]
         logits = torch.zeros(input_ids.shape[0], input_ids.shape[1], self.P.VOCAB)
         logits[torch.arange(len(tok)), -1, tok] = self.scale
-        return SimpleNamespace(logits=logits, past_key_values=past_key_values)
+        return SimpleNamespace(logits=logits, **{cache_kwarg(): past})
 
 
 def test_models_perfect_uninformative_and_non_finite(grader, programs, repo, val):

@@ -10,6 +10,7 @@ import torch
 from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.task_checks import Report, contract_checks
 from ai4ai.hidden import load_grader
+from ai4ai.models import cache_kwarg
 from ai4ai.task import load_task
 
 from . import calibrated
@@ -155,15 +156,17 @@ class LookupLM(torch.nn.Module):
         self.w = torch.nn.Parameter(torch.zeros(1))
         self.answers, self.encode, self.vocab, self.eos = answers, encode, vocab, eos
 
-    def forward(self, input_ids, past_key_values=None, use_cache=True):
-        seqs = input_ids if past_key_values is None else torch.cat([past_key_values, input_ids], 1)
+    def forward(self, input_ids, use_cache=True, **cache):      # the cache under this transformers' name only
+        past = cache.pop(cache_kwarg(), None)
+        assert not cache, cache
+        seqs = input_ids if past is None else torch.cat([past, input_ids], 1)
         logits = torch.zeros(seqs.shape[0], input_ids.shape[1], self.vocab)
         for b, row in enumerate(seqs.tolist()):
             text = "".join(self.chars[i - 1] for i in row if i)
             prompt, _, sofar = text.partition(">")
             want = self.encode(self.answers[prompt + ">"]) + [self.eos]
             logits[b, -1, want[len(sofar)] if len(sofar) < len(want) else self.eos] = 5.0
-        return SimpleNamespace(logits=logits, past_key_values=seqs)
+        return SimpleNamespace(logits=logits, **{cache_kwarg(): seqs})
 
 
 def test_perfect_and_uninformative_models(grader, tasks, items, repo_modules):

@@ -10,6 +10,7 @@ import torch
 from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.task_checks import EVAL_NOISE_MAX, Report, contract_checks
 from ai4ai.hidden import load_grader
+from ai4ai.models import cache_kwarg
 from ai4ai.task import load_task
 
 from . import calibrated
@@ -81,8 +82,10 @@ class ScriptedLM(torch.nn.Module):
         self.P, self.policy, self.logit = P, policy, logit
         self.dummy = torch.nn.Parameter(torch.zeros(1))
 
-    def forward(self, input_ids, cache=None, use_cache=True):
-        hist = input_ids if cache is None else torch.cat([cache, input_ids], 1)
+    def forward(self, input_ids, use_cache=True, **cache):      # the cache under this transformers' name only
+        past = cache.pop(cache_kwarg(), None)
+        assert not cache, cache
+        hist = input_ids if past is None else torch.cat([past, input_ids], 1)
         P = self.P
         logits = torch.zeros(hist.shape[0], hist.shape[1], 3 + len(P.CHARS))
         for b, row in enumerate(hist.tolist()):
@@ -90,7 +93,7 @@ class ScriptedLM(torch.nn.Module):
             target = [P.STOI[c] for c in self.policy(P.decode(row[1:L]))] + [P.EOS]
             pos = len(row) - L
             logits[b, -1, target[pos] if pos < len(target) else P.PAD] = self.logit
-        return SimpleNamespace(logits=logits, cache=hist)
+        return SimpleNamespace(logits=logits, **{cache_kwarg(): hist})
 
 
 def _solve(P, table, prompt: str) -> str:
