@@ -356,6 +356,33 @@ def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
     return record
 
 
+def verify(ctx: RunContext, rec: Record, workdir: Path, seeds: list[int] | None = None) -> list[dict]:
+    """Retrain the shipped algorithm here on the record's calibration seeds (all, or `seeds` among them)
+    and compare each seed's metric with the stored one; store nothing. The check that a record still
+    describes the code it is keyed to: a record carried to a new task version by
+    benchmarks/rekey_anchors.py across a change that did move training fails it. A seed agrees when phi
+    differs by at most half the record's seed std (at least REPRODUCE_FLOOR), as for measure_cpu."""
+    task = ctx.task
+    stored = dict(zip((int(s) for s in rec.raw["seeds"]), (float(v) for v in rec.raw["baseline_per_seed"])))
+    seeds = list(stored) if seeds is None else seeds
+    unknown = [s for s in seeds if s not in stored]
+    if unknown:
+        raise SystemExit(f"ai4ai: seeds {unknown} are not calibration seeds of this record; it has {sorted(stored)}")
+    say(f"verifying the {task.name}/{ctx.scale} record of {rec.key.device_class} (calibrated "
+        f"{rec.raw['provenance']['calibrated_at']}) on {len(seeds)} seed(s) here, {ctx.key.device_class}")
+    results = _train_shipped(ctx, workdir, seeds, "while verifying its anchors")
+    tol = max(0.5 * rec.phi_std, REPRODUCE_FLOOR)
+    rows = []
+    for r in results:
+        d_phi = abs(phi(float(r.raw), task.metric.direction, task.metric.transform)
+                    - phi(stored[r.seed], task.metric.direction, task.metric.transform))
+        rows.append({"seed": r.seed, "stored": stored[r.seed], "here": float(r.raw), "d_phi": d_phi, "tol": tol,
+                     "agrees": d_phi <= tol})
+        say(f"  seed {r.seed}: stored {stored[r.seed]:.6g}, here {float(r.raw):.6g}, phi differs by {d_phi:.3g} "
+            f"(tolerance {tol:.3g}): {'agrees' if d_phi <= tol else 'DIFFERS'}")
+    return rows
+
+
 def add_probe(ctx: RunContext, rec: Record) -> dict:
     """Store this host's probe figure in `rec` (of this device class), which was calibrated without one.
 

@@ -3,6 +3,7 @@
     python -m ai4ai.calibrate task=optimizer scale=smoke [seeds=[...]]
     python -m ai4ai.calibrate task=optimizer scale=smoke cpu_only=true
     python -m ai4ai.calibrate task=optimizer scale=smoke probe_only=true
+    python -m ai4ai.calibrate task=optimizer scale=smoke verify=true [seeds=[1000]]
 
 cpu_only=true keeps a stored record's anchors and measures only the shipped algorithm's CPU time on
 this machine (one seed, which must reproduce the record's metric; anchors.measure_cpu). Grading at
@@ -10,12 +11,16 @@ smoke does this by itself when the record's CPU time is another CPU class's or m
 
 probe_only=true adds this host's host-speed probe figure (hostspeed) to a record of this device
 class that was calibrated before the probe existed; a full calibration measures it by itself.
+
+verify=true retrains the record's calibration seeds here (all of them, or `seeds`) and compares each
+seed's metric with the stored one, storing nothing: anyone can check that a published record still
+describes the code. It exits 1 when a seed differs by more than half the record's seed std.
 """
 import hydra
 from omegaconf import DictConfig
 
 from . import CONF_DIR
-from .anchors import add_probe, calibrate, find, measure_cpu, needs_cpu_here
+from .anchors import add_probe, calibrate, find, measure_cpu, needs_cpu_here, verify
 from .context import context
 from .entry import hydra_run_dir
 
@@ -29,6 +34,18 @@ def main(cfg: DictConfig) -> None:
             raise SystemExit(f"ai4ai: no anchors of {ctx.task.name} at {ctx.scale} for task version "
                              f"{ctx.key.task_version} to add a probe to; calibrate in full (drop probe_only=true)")
         add_probe(ctx, rec)
+        return
+    if cfg.verify:
+        rec = find(ctx.task.grader, ctx.key)
+        if rec is None:
+            raise SystemExit(f"ai4ai: no anchors of {ctx.task.name} at {ctx.scale} for task version "
+                             f"{ctx.key.task_version} to verify; calibrate (drop verify=true)")
+        rows = verify(ctx, rec, ctx.run_dir, [int(s) for s in cfg.seeds] if cfg.seeds else None)
+        bad = [r["seed"] for r in rows if not r["agrees"]]
+        if bad:
+            raise SystemExit(f"ai4ai: the {ctx.task.name}/{ctx.scale} record does not reproduce on seeds {bad}: "
+                             f"recalibrate (python -m ai4ai.calibrate task={ctx.task.name} scale={ctx.scale})")
+        print(f"ai4ai: the {ctx.task.name}/{ctx.scale} record reproduces on seeds {[r['seed'] for r in rows]}")
         return
     if cfg.cpu_only:
         rec = find(ctx.task.grader, ctx.key)

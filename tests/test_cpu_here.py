@@ -131,3 +131,22 @@ def test_a_deterministic_task_reproduces_within_float_noise(compose_cfg, tmp_pat
     anchors.measure_cpu(ctx, rec, tmp_path / "m", "a test")
     mine = anchors.find(ctx.task.grader, ctx.key)
     assert mine.match == "exact" and mine.train_cpu_s == 4.0 and mine.anchors == rec.anchors
+
+
+@needs_bwrap
+def test_verify_retrains_a_seed_and_flags_a_record_that_does_not_describe_the_code(compose_cfg, tmp_path):
+    """calibrate verify=true: one real shipped training (dpo at ci, seed 1000) reproduces the stored
+    metric of its own class's record; the same record with that seed's metric moved (as a record
+    re-keyed across a change that moved training would be) is flagged, and nothing is stored."""
+    ctx = _ctx(compose_cfg, tmp_path, "dpo", "ci")
+    rec = anchors.find(ctx.task.grader, ctx.key)
+    assert rec is not None and rec.match == "exact", "dpo/ci has no record of this class: calibrate it"
+    seed, true_value = int(rec.raw["seeds"][0]), float(rec.raw["baseline_per_seed"][0])
+    moved = dict(rec.raw, baseline_per_seed=[true_value + 0.05, *rec.raw["baseline_per_seed"][1:]])
+    before = anchors.anchors_path(ctx.task.grader).read_text()
+    [row] = anchors.verify(ctx, anchors.Record(**{**rec.__dict__, "raw": moved}), tmp_path / "verify", [seed])
+    assert row["seed"] == seed and row["stored"] == true_value + 0.05 and not row["agrees"]
+    assert abs(row["here"] - true_value) <= row["tol"]          # what the record really says is reproduced
+    assert anchors.anchors_path(ctx.task.grader).read_text() == before
+    with pytest.raises(SystemExit, match="not calibration seeds"):
+        anchors.verify(ctx, rec, tmp_path / "verify2", [4242])
