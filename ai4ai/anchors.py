@@ -98,11 +98,12 @@ def train_walls(grader_dir: Path, task: str, scale: str) -> list[float]:
             if r["key"]["task"] == task and r["key"]["scale"] == scale]
 
 
-def store(grader_dir: Path, record: dict) -> Path:
-    """Add or replace the record with the same key; safe against concurrent writers."""
+def store(grader_dir: Path, record: dict, replaces: dict | None = None) -> Path:
+    """Add or replace the record with the same key (and the one keyed `replaces`, when given: a record
+    relabelled to another key); safe against concurrent writers."""
     path = anchors_path(grader_dir)
     with file_lock(path.with_suffix(".lock")):
-        recs = [r for r in _records(path) if r["key"] != record["key"]]
+        recs = [r for r in _records(path) if r["key"] not in (record["key"], replaces)]
         recs.append(record)
         recs.sort(key=lambda r: (r["key"]["scale"], r["key"]["device_class"], r["key"]["task_version"]))
         tmp = path.with_suffix(".tmp")

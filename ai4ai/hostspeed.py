@@ -75,8 +75,11 @@ def thread_env(threads: int) -> dict:
     """The thread-pool settings of a training run and of the probe. Passive pools: a spinning OpenMP
     worker burns CPU time while it waits for a core, and under load that would charge the machine's
     contention to the run's CPU cap."""
-    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-            "OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
+    env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
+    if os.environ.get("ATEN_CPU_CAPABILITY"):     # a lowered kernel instruction set is part of the device class
+        env["ATEN_CPU_CAPABILITY"] = os.environ["ATEN_CPU_CAPABILITY"]
+    return env
 
 
 def probe_env(threads: int) -> dict:

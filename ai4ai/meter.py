@@ -96,7 +96,7 @@ def serving(task: Task, scale: str, seed: int, device: str, log: Path, report: P
            "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            **shrink_env(), **{k: str(v) for k, v in (data_env or {}).items()}}
-    for k in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET"):
+    for k in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "ATEN_CPU_CAPABILITY"):
         if k in os.environ:
             env[k] = os.environ[k]
     argv = [python_executable(), "-s", str(WIRE), "serve", str(sock), json.dumps(task.meter.wire()),

@@ -34,7 +34,7 @@ from . import PROJECT_ROOT
 from .console import TrainingBar, say
 from .hidden import load_grader
 from .layout import DATA, file_lock
-from .provenance import UNVERSIONED, python_executable, tree_sha256
+from .provenance import UNVERSIONED, cpu_capability, python_executable, tree_sha256
 from .sandbox import Mount
 from .task import Task
 from .workspace import copy_repo, make_writable
@@ -270,6 +270,8 @@ def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Pa
     if graded is None:
         graded = grading_mounts(task, scale, cache_root)[0][0].host
     key = f"{cache_key(task)}-{tree_sha256(task.repo, UNVERSIONED)[:16]}"
+    if device == "cpu":        # a model trained on the CPU rounds by its kernels' instruction set (provenance.cpu_capability)
+        key += f"-{cpu_capability()}"
     wanted = [w.format(scale=scale) for w in task.grading_artifacts]
 
     def make(out: Path) -> dict:

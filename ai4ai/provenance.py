@@ -143,11 +143,23 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_capability() -> str:
+    """The vector instruction set torch's CPU kernels use here (AVX512, AVX2, DEFAULT, ...; the
+    environment variable ATEN_CPU_CAPABILITY lowers it). CPUs sold under one name differ in it (a VM's
+    "AMD EPYC" is a Zen 3 with AVX2 on one host and a Zen 4 with AVX-512 on another), and the kernels
+    round differently: sft's smoke seed 1001 trains to exact match 0.5808 with AVX2 and 0.5649 with
+    AVX-512, a seed std apart. So it is part of a CPU's device class."""
+    import torch
+    get = getattr(torch.backends.cpu, "get_cpu_capability", None)
+    return get() if get is not None else "unknown"
+
+
 def device_class(device: str, threads: int) -> str:
+    """What anchors are keyed by: a GPU's name, or a CPU's model name, kernel instruction set and threads."""
     if device.startswith("cuda"):
         import torch
         return f"cuda:{torch.cuda.get_device_name(0)}"
-    return f"cpu:{cpu_model()}:{threads}"
+    return f"cpu:{cpu_model()}:{cpu_capability()}:{threads}"
 
 
 def torch_minor() -> str:
