@@ -68,6 +68,10 @@ def _threads(device_class: str) -> str:
     return device_class.rsplit(":", 1)[-1]
 
 
+def _model(device_class: str) -> str:
+    return device_class.split(":")[1]
+
+
 def find(grader_dir: Path, key: Key) -> Record | None:
     exact, loose = None, None
     for r in _records(anchors_path(grader_dir)):
@@ -78,7 +82,10 @@ def find(grader_dir: Path, key: Key) -> Record | None:
             exact = r
         elif (key.scale in METERED_SCALES and k["device_class"].startswith("cpu:") and key.device_class.startswith("cpu:")
               and _threads(k["device_class"]) == _threads(key.device_class)):
-            loose = r
+            # of another class's records, one of the same CPU model (another instruction set, or a
+            # label from before the instruction set was part of it) comes nearest
+            if loose is None or _model(k["device_class"]) == _model(key.device_class):
+                loose = r
     r, match = (exact, "exact") if exact else (loose, "metered-cpu") if loose else (None, None)
     if r is None:
         return None

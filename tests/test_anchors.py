@@ -42,3 +42,19 @@ def test_store_replaces_the_record_with_the_same_key(tmp_path):
     anchors.store(tmp_path, {"key": _key(0, 0), "anchors": {"no_info": 0.0, "baseline": 0.6, "best": 1.0}})
     recs = anchors._records(anchors.anchors_path(tmp_path))
     assert [r["anchors"]["baseline"] for r in recs] == [0.6]
+
+
+def test_another_class_record_of_the_same_cpu_model_comes_first(tmp_path):
+    """With no record of this host's class (model, instruction set, threads), the one of the same
+    CPU model (another instruction set, or a label from before it was part of the class) is used
+    at ci/smoke, not another model's, wherever the files list them."""
+    from ai4ai.context import Key
+    base = {"task": "optimizer", "scale": "smoke", "task_version": "v1", "torch": "2.13"}
+    for cls, baseline in (("cpu:AMD EPYC:1", 0.61), ("cpu:Intel(R) Xeon(R) Processor:1", 0.62), ("cpu:Zeta:1", 0.63)):
+        anchors.store(tmp_path, {"key": {**base, "device_class": cls}, "anchors": {"no_info": 0.0, "baseline": baseline, "best": 1.0},
+                                 "phi_std": 0.01, "train_wall_s": {"max": 1.0}})
+    rec = anchors.find(tmp_path, Key(**base, device_class="cpu:AMD EPYC:AVX512:1"))
+    assert rec.match == "metered-cpu" and rec.key.device_class == "cpu:AMD EPYC:1" and rec.anchors.baseline == 0.61
+    other = anchors.find(tmp_path, Key(**base, device_class="cpu:Other:AVX2:1"))
+    assert other.match == "metered-cpu" and other.key.device_class != "cpu:AMD EPYC:AVX512:1"
+    assert anchors.find(tmp_path, Key(**base, device_class="cpu:AMD EPYC:AVX512:2")) is None     # threads differ
