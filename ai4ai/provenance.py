@@ -146,7 +146,7 @@ def cpu_model() -> str:
 def cpu_capability() -> str:
     """The vector instruction set torch's CPU kernels use here (AVX512, AVX2, DEFAULT, ...; the
     environment variable ATEN_CPU_CAPABILITY lowers it). CPUs sold under one name differ in it (a VM's
-    "AMD EPYC" is a Zen 3 with AVX2 on one host and a Zen 4 with AVX-512 on another), and the kernels
+    "AMD EPYC" ran AVX2 kernels on one day's host and AVX-512 on the next), and the kernels
     round differently: sft's smoke seed 1001 trains to exact match 0.5808 with AVX2 and 0.5649 with
     AVX-512, a seed std apart. So it is part of a CPU's device class."""
     import torch
