@@ -322,6 +322,13 @@ def needs_cpu_here(ctx: RunContext, rec: Record | None) -> str | None:
 REPRODUCE_FLOOR = 1e-4
 
 
+def _phi_gap(task: Task, rec: Record, here: float, there: float) -> tuple[float, float]:
+    """(|phi(here) - phi(there)|, the most it may be for `here` to reproduce `rec`'s `there`)."""
+    m = task.metric
+    return abs(phi(here, m.direction, m.transform) - phi(there, m.direction, m.transform)), \
+        max(0.5 * rec.phi_std, REPRODUCE_FLOOR)
+
+
 def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
     """The shipped algorithm's CPU time on this machine, stored as this device class's record.
 
@@ -342,9 +349,7 @@ def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
     results = _train_shipped(ctx, workdir, [seed], "while measuring its CPU time")
     r0 = results[0]
     here = float(r0.raw)
-    d_phi = abs(phi(here, task.metric.direction, task.metric.transform)
-                - phi(there, task.metric.direction, task.metric.transform))
-    tol = max(0.5 * rec.phi_std, REPRODUCE_FLOOR)
+    d_phi, tol = _phi_gap(task, rec, here, there)
     if d_phi > tol:
         say(f"seed {seed} gives {here:.6g} here and {there:.6g} in the {rec.key.device_class} record (phi differs by "
             f"{d_phi:.3g}, more than {tol:.3g}: half its seed-to-seed std, at least {REPRODUCE_FLOOR:g}): the anchors "
@@ -379,11 +384,9 @@ def verify(ctx: RunContext, rec: Record, workdir: Path, seeds: list[int] | None 
     say(f"verifying the {task.name}/{ctx.scale} record of {rec.key.device_class} (calibrated "
         f"{rec.raw['provenance']['calibrated_at']}) on {len(seeds)} seed(s) here, {ctx.key.device_class}")
     results = _train_shipped(ctx, workdir, seeds, "while verifying its anchors")
-    tol = max(0.5 * rec.phi_std, REPRODUCE_FLOOR)
     rows = []
     for r in results:
-        d_phi = abs(phi(float(r.raw), task.metric.direction, task.metric.transform)
-                    - phi(stored[r.seed], task.metric.direction, task.metric.transform))
+        d_phi, tol = _phi_gap(task, rec, float(r.raw), stored[r.seed])
         rows.append({"seed": r.seed, "stored": stored[r.seed], "here": float(r.raw), "d_phi": d_phi, "tol": tol,
                      "agrees": d_phi <= tol})
         say(f"  seed {r.seed}: stored {stored[r.seed]:.6g}, here {float(r.raw):.6g}, phi differs by {d_phi:.3g} "

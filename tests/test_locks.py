@@ -112,6 +112,21 @@ def test_a_gpu_another_process_uses_is_refused(monkeypatch, tmp_path):
         grade.require_idle_gpu("cuda")
 
 
+
+def _three_at_once(target, dest, log) -> list:
+    """Exit codes of three forked processes running target(dest, log), each started 0.2 s after the
+    last, so the later ones arrive while the first is midway through its build."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=target, args=(dest, log)) for _ in range(3)]
+    for p in procs:
+        p.start()
+        time.sleep(0.2)
+    for p in procs:
+        p.join(timeout=60)
+    return [p.exitcode for p in procs]
+
+
 def _build_shared_cache(dest, log):
     """One process of several that need the same cache folder at once (a multirun's gradings)."""
     from ai4ai import preparing
@@ -129,16 +144,8 @@ def _build_shared_cache(dest, log):
 def test_processes_preparing_one_cache_at_once_build_it_once(tmp_path):
     """Without the folder's lock a second process took the first one's .partial folder for a killed
     prepare and deleted it, or its rename met the finished folder ("Directory not empty")."""
-    import multiprocessing
-    ctx = multiprocessing.get_context("fork")
     dest, log = tmp_path / "cache" / "data", tmp_path / "log"
-    procs = [ctx.Process(target=_build_shared_cache, args=(dest, log)) for _ in range(3)]
-    for p in procs:
-        p.start()
-        time.sleep(0.2)
-    for p in procs:
-        p.join(timeout=60)
-    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert _three_at_once(_build_shared_cache, dest, log) == [0, 0, 0]
     assert log.read_text() == "built\n"
     assert (dest / ".complete").exists() and (dest / "split.bin").read_bytes() == b"x" * 1000
     assert not dest.with_name("data.partial").exists()
@@ -156,14 +163,6 @@ def _build_once_shared(dest, log):
 
 
 def test_processes_needing_one_built_folder_at_once_build_it_once(tmp_path):
-    import multiprocessing
-    ctx = multiprocessing.get_context("fork")
     dest, log = tmp_path / "cache" / "base", tmp_path / "log"
-    procs = [ctx.Process(target=_build_once_shared, args=(dest, log)) for _ in range(3)]
-    for p in procs:
-        p.start()
-        time.sleep(0.2)
-    for p in procs:
-        p.join(timeout=60)
-    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert _three_at_once(_build_once_shared, dest, log) == [0, 0, 0]
     assert log.read_text() == "built\n" and (dest / "weights").read_text() == "w"
