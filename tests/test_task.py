@@ -122,3 +122,19 @@ def test_task_version_ignores_other_tasks(tmp_path, monkeypatch):
     assert prov.benchmark_version() != bv and prov.task_version(t) == tv
     (t.repo / "optim.py").write_text("# changed\n")
     assert prov.task_version(t) != tv
+
+
+def test_the_shipped_check_fails_a_correct_record_at_its_stated_rate():
+    """check_task's "shipped lands at 0.1": both the grader seeds' mean and 0.1 (the calibration seeds'
+    mean) are noisy; a record that describes the code must fail 3 standard errors of their difference
+    (0.27%) of the time, not the ~1.8% that counting only the grader seeds' share gives (5 vs 3 seeds)."""
+    import numpy as np
+
+    from ai4ai.task_checks import shipped_tolerance
+    rng = np.random.default_rng(0)
+    draws = 400_000
+    for n_graded, n_cal in ((3, 5), (3, 10), (1, 5)):
+        gap = rng.normal(size=(draws, n_graded)).mean(1) - rng.normal(size=(draws, n_cal)).mean(1)
+        rate = float(np.mean(np.abs(gap) > shipped_tolerance(1.0, n_graded, n_cal)))
+        assert 0.0018 < rate < 0.0037, (n_graded, n_cal, rate)
+    assert shipped_tolerance(0.02, 3, 5) > 3 * 0.02 / np.sqrt(3)
