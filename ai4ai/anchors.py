@@ -227,17 +227,23 @@ def _probe(ctx: RunContext, how: str = "with the CPU time") -> dict:
     return {"host_probe": {**hostspeed.measure(ctx.threads, runs=hostspeed.CALIBRATION_RUNS), "measured": how}}
 
 
-def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None) -> dict:
-    """Measure the anchors of ctx's task on this device class and store them; returns the record."""
+def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None, trained: tuple = ()) -> dict:
+    """Measure the anchors of ctx's task on this device class and store them; returns the record.
+
+    `trained`: seeds of `seeds` that _train_shipped already ran under this same ctx (measure_cpu's
+    one seed, whose metric did not reproduce another class's record); they are not trained again."""
     task, b = ctx.task, ctx.task.scale(ctx.scale)
     seeds = seeds or list(b.calibration_seeds)
     if len(seeds) < 5:
         raise SystemExit(f"calibration needs at least 5 seeds, got {seeds}")
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    say(f"calibrating {task.name} at {ctx.scale} on {ctx.key.device_class}: seeds {seeds}")
+    done = {r.seed: r for r in trained if r.seed in seeds}
+    say(f"calibrating {task.name} at {ctx.scale} on {ctx.key.device_class}: seeds {seeds}"
+        + (f" (seed {', '.join(map(str, done))} already trained)" if done else ""))
     probe = _probe(ctx)
-    results = _train_shipped(ctx, workdir, seeds, "during calibration")
+    fresh = {r.seed: r for r in _train_shipped(ctx, workdir, [s for s in seeds if s not in done], "during calibration")}
+    results = [done.get(s) or fresh[s] for s in seeds]
     spec = EvalSpec(task=task.name, repo=str(workdir / "shipped" / ".pristine"), grader=str(task.grader),
                     model=task.model, scale=ctx.scale, candidates=[], direction=task.metric.direction,
                     transform=task.metric.transform, metadata_keys=[], device=ctx.device, threads=ctx.threads,
@@ -354,7 +360,7 @@ def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
         say(f"seed {seed} gives {here:.6g} here and {there:.6g} in the {rec.key.device_class} record (phi differs by "
             f"{d_phi:.3g}, more than {tol:.3g}: half its seed-to-seed std, at least {REPRODUCE_FLOOR:g}): the anchors "
             "do not transfer; calibrating in full")
-        return calibrate(ctx, workdir / "calibration")
+        return calibrate(ctx, workdir / "calibration", trained=results)
     kept = {k: v for k, v in rec.raw.items()
             if k not in ("key", "train_wall_s", "train_cpu_s", "host_probe", "provenance")}
     anchors_from = {"device_class": rec.key.device_class, "calibrated_at": rec.raw["provenance"]["calibrated_at"],

@@ -99,9 +99,13 @@ def test_a_record_whose_metric_does_not_reproduce_is_calibrated_in_full(compose_
     _move_records(ctx, OTHER.format(threads=ctx.threads), shift)
     rec = anchors.find(ctx.task.grader, ctx.key)
     full = []
-    monkeypatch.setattr(anchors, "calibrate", lambda c, workdir, seeds=None: full.append(workdir) or {"full": True})
+    monkeypatch.setattr(anchors, "calibrate",
+                        lambda c, workdir, seeds=None, trained=(): full.append((workdir, trained)) or {"full": True})
     out = anchors.measure_cpu(ctx, rec, tmp_path / "measure", "a test")
-    assert out == {"full": True} and full == [tmp_path / "measure" / "calibration"]
+    assert out == {"full": True} and [w for w, _ in full] == [tmp_path / "measure" / "calibration"]
+    # the seed it trained goes to the calibration, which does not train it again
+    (done,) = full[0][1]
+    assert done.seed == rec.raw["seeds"][0] and done.status == "graded" and done.raw is not None
     # nothing was stored for this class from the measurement
     assert anchors.find(ctx.task.grader, ctx.key).match == "metered-cpu"
 
@@ -150,3 +154,23 @@ def test_verify_retrains_a_seed_and_flags_a_record_that_does_not_describe_the_co
     assert anchors.anchors_path(ctx.task.grader).read_text() == before
     with pytest.raises(SystemExit, match="not calibration seeds"):
         anchors.verify(ctx, rec, tmp_path / "verify2", [4242])
+
+
+def test_a_calibration_does_not_retrain_the_seeds_it_is_given(compose_cfg, tmp_path, monkeypatch):
+    """measure_cpu's seed, trained under the same context, is one of the calibration's five."""
+    from ai4ai.grading import SeedResult
+    ctx = _ctx(compose_cfg, tmp_path, "dpo", "ci")
+    asked = []
+
+    def train(c, workdir, seeds, what):
+        asked.append(list(seeds))
+        return [SeedResult(seed=s, status="graded", reason=None, raw=(40 + s % 10) / 1000, train_s=1.0,
+                           timed_out=False, cpu_s=1.0) for s in seeds]
+    monkeypatch.setattr(anchors, "_train_shipped", train)
+    monkeypatch.setattr(anchors, "run_worker", lambda spec, d: {"no_info": 0.0, "best": 1.0})
+    given = SeedResult(seed=1000, status="graded", reason=None, raw=0.5, train_s=2.0, timed_out=False, cpu_s=2.0)
+    rec = anchors.calibrate(ctx, tmp_path / "cal", trained=[given])
+    assert asked == [[1001, 1002, 1003, 1004]]
+    assert rec["seeds"] == [1000, 1001, 1002, 1003, 1004]
+    assert rec["baseline_per_seed"] == [0.5, 0.041, 0.042, 0.043, 0.044]
+    assert rec["train_cpu_s"]["per_seed"] == [2.0, 1.0, 1.0, 1.0, 1.0]
