@@ -160,7 +160,7 @@ def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) 
         n_cal = len(rec.raw["seeds"])
         tol = shipped_tolerance(noise, len(seeds), n_cal)
         rep.check(abs(sb.score - 0.1) <= tol, f"shipped algorithm on grader seeds scores {sb.score:.3f} "
-                  f"(0.1 +- {tol:.3f}: 3 standard errors of a {len(seeds)}-seed mean against the {n_cal}-seed "
+                  f"(0.1 +- {tol:.3f}: {REPRODUCE_SIGMAS:g} standard errors of a {len(seeds)}-seed mean against the {n_cal}-seed "
                   "calibration's)", "the anchors do not reproduce on other seeds: recalibrate, or the task is "
                   "too noisy (more calibration seeds, larger splits)")
         digests = [hashlib.sha256((run_dir / "shipped" / f"seed_{r.seed}" / "checkpoints" / r.chosen).read_bytes())
