@@ -56,5 +56,7 @@ def test_another_class_record_of_the_same_cpu_model_comes_first(tmp_path):
     rec = anchors.find(tmp_path, Key(**base, device_class="cpu:AMD EPYC:AVX512:1"))
     assert rec.match == "metered-cpu" and rec.key.device_class == "cpu:AMD EPYC:1" and rec.anchors.baseline == 0.61
     other = anchors.find(tmp_path, Key(**base, device_class="cpu:Other:AVX2:1"))
-    assert other.match == "metered-cpu" and other.key.device_class != "cpu:AMD EPYC:AVX512:1"
+    assert other.match == "metered-cpu"
+    intel = anchors.find(tmp_path, Key(**base, device_class="cpu:Intel(R) Xeon(R) Processor:AVX512:1"))
+    assert intel.key.device_class == "cpu:Intel(R) Xeon(R) Processor:1" and intel.anchors.baseline == 0.62
     assert anchors.find(tmp_path, Key(**base, device_class="cpu:AMD EPYC:AVX512:2")) is None     # threads differ

@@ -112,7 +112,6 @@ def test_a_gpu_another_process_uses_is_refused(monkeypatch, tmp_path):
         grade.require_idle_gpu("cuda")
 
 
-
 def _three_at_once(target, dest, log) -> list:
     """Exit codes of three forked processes running target(dest, log), each started 0.2 s after the
     last, so the later ones arrive while the first is midway through its build."""
