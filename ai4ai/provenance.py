@@ -55,11 +55,15 @@ UNMEASURED_KEYS = ("description", "tuning", "model_path")
 UNMEASURED_SCALE_KEYS = ("n_params", "estimate", "peak_gpu_gib")
 
 
-def task_config_sha256(path: Path) -> str:
-    """The task config as parsed (comments and unmeasured keys aside), canonically serialised."""
+def task_config_sha256(path: Path, scale: str | None = None) -> str:
+    """The task config as parsed (comments and unmeasured keys aside), canonically serialised. With
+    `scale`, only that scale's block of `scales:` counts: another scale's keys (full's wall-clock
+    default, say) are read by no grading at this one, so editing them leaves its anchors standing."""
     cfg = yaml.safe_load(Path(path).read_text()) or {}
     for k in UNMEASURED_KEYS:
         cfg.pop(k, None)
+    if scale is not None and isinstance(cfg.get("scales"), dict):
+        cfg["scales"] = {scale: cfg["scales"].get(scale)}
     for b in (cfg.get("scales") or {}).values():
         for k in UNMEASURED_SCALE_KEYS:
             (b or {}).pop(k, None)
@@ -96,13 +100,13 @@ def _repo_sha256(task, scale: str | None) -> str:
 def task_version(task, scale: str | None = None) -> str:
     """Hash of what one task's anchors at `scale` depend on: its repo (at ci and smoke, without the
     artifacts only `full` builds), its hidden grader (minus anchors), its config (minus the keys
-    above) and, only if its repo or grader imports them, the kernel modules. Anchors are keyed by it,
+    above, and minus the other scales' blocks when `scale` is given) and, only if its repo or grader imports them, the kernel modules. Anchors are keyed by it,
     so editing another task, a kernel the shipped algorithm does not use or a config key no grading
     reads does not invalidate them (the global benchmark version still stamps every result)."""
     h = hashlib.sha256()
     h.update(b"repo" + _repo_sha256(task, scale).encode())
     h.update(b"grader" + tree_sha256(task.grader, UNVERSIONED).encode())
-    h.update(b"config" + task_config_sha256(PROJECT_ROOT / "conf" / "task" / f"{task.name}.yaml").encode())
+    h.update(b"config" + task_config_sha256(PROJECT_ROOT / "conf" / "task" / f"{task.name}.yaml", scale).encode())
     if _mentions(task.repo, b"ai4ai_kernels") or _mentions(task.grader, b"ai4ai_kernels"):
         h.update(b"kernels" + kernels_sha256().encode())
     if getattr(task, "model_path", None):      # bring your own model: its content, not its path

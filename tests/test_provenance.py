@@ -55,6 +55,22 @@ def test_version_moves_with_what_grading_depends_on(project, change):
     assert provenance.task_version(task) != v
 
 
+def test_a_scale_block_moves_only_its_own_version(project):
+    """full's wall-clock default is read by no ci or smoke grading: raising it (as a GPU measurement asked)
+    must not invalidate the ci and smoke anchors, and must move full's; a top-level key moves all three."""
+    root, task = project
+    before = {s: provenance.task_version(task, s) for s in ("ci", "smoke", "full")}
+    cfg = root / "conf/task/optimizer.yaml"
+    text = cfg.read_text()
+    full = text.index("\n  full:")
+    cfg.write_text(text[:full] + text[full:].replace("default_cap_s:", "default_cap_s: 99999 #", 1))
+    after = {s: provenance.task_version(task, s) for s in ("ci", "smoke", "full")}
+    assert after["ci"] == before["ci"] and after["smoke"] == before["smoke"]
+    assert after["full"] != before["full"]
+    cfg.write_text(text.replace("entry: python train.py", "entry: python  train.py --x", 1))
+    assert all(provenance.task_version(task, s) != before[s] for s in before)
+
+
 def test_preparing_full_artifacts_leaves_the_ci_and_smoke_versions(tmp_path):
     """`python -m ai4ai.prepare scale=full` writes its prepared model and a checksum line into the repo:
     the full version moves with them (its anchors depend on that model), ci and smoke do not."""
