@@ -32,11 +32,12 @@ def _hours(minutes: float) -> str:
 
 def gpu_hours(task: Task, scale: str = "full") -> dict | None:
     """Expected GPU time of a calibration (its seeds) and of grading one cell (the grader seeds), in
-    hours, from the estimate: shipped runs take the estimate, a submission may use the whole cap."""
+    hours, from the estimate (its measured step where there is one): shipped runs take that, a
+    submission may use the whole cap."""
     b = task.scale(scale)
     if b.estimate is None:
         return None
-    seed_min = b.estimate.minutes
+    seed_min = b.estimate.expected_minutes
     cap_min = max(b.cap_min_s / 60, b.cap_factor * seed_min)
     return {"seed_min": seed_min, "cap_min": cap_min,
             "calibration_h": len(b.calibration_seeds) * seed_min / 60,
@@ -55,8 +56,13 @@ def plan_lines(task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, devic
         lines.append(f"sizes       {b.n_params:,} parameters   {e.amount:,} {UNIT_NAMES[e.units]}   "
                      f"{e.steps:,} steps   {e.flops:.1e} model FLOPs")
         h = gpu_hours(task, scale)
-        lines.append(f"on a GPU    ~{e.minutes:g} min per seed of the shipped algorithm ({e.step_ms:g} ms a step; "
-                     f"an H200 estimate, not a measurement): calibration ~{_hours(h['calibration_h'] * 60)} "
+        if e.measured_step_ms is None:
+            per_seed = f"~{e.minutes:g} min per seed of the shipped algorithm ({e.step_ms:g} ms a step; an H200 estimate, not a measurement)"
+        else:
+            m = e.expected_minutes
+            per_seed = (f"~{m:.0f}" if m >= 10 else f"~{m:.2g}") + (f" min per seed of the shipped algorithm ({e.measured_step_ms:g} ms a step, "
+                                                                  f"measured: {e.measured_how}; first estimated at {e.step_ms:g} ms, {e.minutes:g} min)")
+        lines.append(f"on a GPU    {per_seed}: calibration ~{_hours(h['calibration_h'] * 60)} "
                      f"({len(b.calibration_seeds)} seeds), a graded cell up to ~{_hours(h['cell_h'] * 60)} "
                      f"({len(b.grader_seeds)} seeds at the cap, {_hours(h['cap_min'])} each)")
         lines.append(f"basis       {e.basis}")
@@ -103,7 +109,7 @@ def calibration_estimate_s(task: Task, scale: str) -> float | None:
     """Expected seconds of a calibration before any has run (its seeds x the estimate), or None
     where the scale declares no estimate; anchors.estimate_calibration_s falls back to the cap."""
     b = task.scale(scale)
-    return None if b.estimate is None else len(b.calibration_seeds) * (b.estimate.minutes * 60 + 15)
+    return None if b.estimate is None else len(b.calibration_seeds) * (b.estimate.expected_minutes * 60 + 15)
 
 
 def calibration_cut(results: list) -> str | None:

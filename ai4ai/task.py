@@ -5,7 +5,7 @@ Tasks are discovered by file; there is no central list. Unknown keys are errors.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,18 @@ class Estimate:
     step_ms: float      # expected wall time of one step on the GPU
     minutes: float      # expected wall time of the whole run (steps x step_ms)
     basis: str
+    # A step measured on a GPU since (the `measured:` sub-block: step_ms, and `how`: device, date,
+    # method). The declared figures above stay what the repo's README states; planning (dry-run
+    # minutes, GPU-hours, the calibration's expected length) uses the measurement where there is one.
+    measured_step_ms: float | None = None
+    measured_how: str | None = None
+
+    @property
+    def expected_minutes(self) -> float:
+        """Minutes of one shipped seed: the measured step x steps where measured, else the estimate."""
+        if self.measured_step_ms is None:
+            return self.minutes
+        return self.steps * self.measured_step_ms / 60_000
 
 
 @dataclass(frozen=True)
@@ -180,7 +192,8 @@ def _take(d: dict, where: str, required: set[str], optional: set[str] = frozense
 def _estimate(raw: Any, where: str) -> Estimate | None:
     if raw is None:
         return None
-    e = _take(raw, where, {f.name for f in fields(Estimate)})
+    e = _take(raw, where, {f.name for f in fields(Estimate)} - {"measured_step_ms", "measured_how"}, {"measured"})
+    measured = e.get("measured")
     if e["units"] not in ESTIMATE_UNITS:
         raise TaskError(f"{where}: units must be one of {ESTIMATE_UNITS}, got {e['units']!r}")
     est = Estimate(units=e["units"], amount=int(e["amount"]), steps=int(e["steps"]), flops=float(e["flops"]),
@@ -190,6 +203,11 @@ def _estimate(raw: Any, where: str) -> Estimate | None:
     implied = est.steps * est.step_ms / 60_000
     if not 0.8 * implied <= est.minutes <= 1.25 * implied + 2:     # + start-up (imports, CUDA, data)
         raise TaskError(f"{where}: minutes {est.minutes:g} disagrees with steps x step_ms = {implied:.1f} min")
+    if measured is not None:
+        m = _take(measured, f"{where}.measured", {"step_ms", "how"})
+        if float(m["step_ms"]) <= 0:
+            raise TaskError(f"{where}.measured: step_ms must be positive")
+        est = replace(est, measured_step_ms=float(m["step_ms"]), measured_how=str(m["how"]).strip())
     return est
 
 

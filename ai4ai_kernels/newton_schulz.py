@@ -46,7 +46,8 @@ def _matmul_kernel(
     a_ptr, b_ptr, c_ptr, out_ptr, M, N, K,
     s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, s_cm, s_cn, s_ob, s_om, s_on,
     alpha, beta,
-    HAS_C: tl.constexpr, UPCAST: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    HAS_C: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -64,7 +65,7 @@ def _matmul_kernel(
         if UPCAST:  # the interpreter's tl.dot mishandles bf16 operands; exact in fp32
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
     out = alpha * acc
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     if HAS_C:
@@ -86,7 +87,11 @@ def _matmul(a, b, out, alpha=1.0, c=None, beta=0.0):
         a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
         cc.stride(0), cc.stride(1), cc.stride(2), out.stride(0), out.stride(1), out.stride(2),
         float(alpha), float(beta),
-        HAS_C=c is not None, UPCAST=interpreting() and a.dtype == torch.bfloat16, BM=bm, BN=bn, BK=bk, **kw,
+        HAS_C=c is not None, UPCAST=interpreting() and a.dtype == torch.bfloat16,
+        # fp32 in, fp32 products: tl.dot's default on a GPU is TF32 (10-bit mantissa), which was seen
+        # 1e-3 off torch's fp32 matmul on an H200; bf16 operands use the tensor cores either way
+        PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        BM=bm, BN=bn, BK=bk, **kw,
     )
     return out
 

@@ -111,7 +111,7 @@ def environment(device):
         "cpu": cpu_model(),
         "git_commit": _cmd(["git", "-C", str(ROOT), "rev-parse", "HEAD"]),
         # uncommitted edits to the kernels make the commit an incomplete description
-        "kernels_dirty": bool(_cmd(["git", "-C", str(ROOT), "status", "--porcelain", "--", "kernels"])),
+        "kernels_dirty": bool(_cmd(["git", "-C", str(ROOT), "status", "--porcelain", "--", "ai4ai_kernels"])),
         "kernels_path": str(Path(load_kernels().__file__).parent),
         "triton_interpret": os.environ.get("TRITON_INTERPRET", "0") == "1",
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -5,7 +5,6 @@ import socket
 import struct
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 

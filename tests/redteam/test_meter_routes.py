@@ -9,7 +9,6 @@ those files, and the classes that count live in the meter's process; what the sa
 is the socket, which serves only the declared methods, with the run's own scale and seed.
 """
 import json
-import textwrap
 
 import pytest
 
