@@ -302,8 +302,10 @@ def estimate_text(ctx: RunContext) -> str:
     s, measured = estimate_calibration_s(ctx)
     if measured:
         return f"about {s / 60:.0f} min"
-    if ctx.task.scale(ctx.scale).estimate is not None:
-        return f"about {s / 60:.0f} min (the task's estimate; nothing measured yet)"
+    e = ctx.task.scale(ctx.scale).estimate
+    if e is not None:
+        how = "its measured step, no calibration yet" if e.measured_step_ms is not None else "nothing measured yet"
+        return f"about {s / 60:.0f} min (the task's estimate; {how})"
     return f"at most {s / 60:.0f} min (no earlier calibration to go by)"
 
 

@@ -60,8 +60,9 @@ def plan_lines(task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, devic
             per_seed = f"~{e.minutes:g} min per seed of the shipped algorithm ({e.step_ms:g} ms a step; an H200 estimate, not a measurement)"
         else:
             m = e.expected_minutes
-            per_seed = (f"~{m:.0f}" if m >= 10 else f"~{m:.2g}") + (f" min per seed of the shipped algorithm ({e.measured_step_ms:g} ms a step, "
-                                                                  f"measured: {e.measured_how}; first estimated at {e.step_ms:g} ms, {e.minutes:g} min)")
+            per_seed = ((f"~{m:.0f}" if m >= 10 else f"~{m:.2g}") + " min per seed of the shipped algorithm "
+                        f"({e.measured_step_ms:g} ms a step, measured: {e.measured_how}; "
+                        f"first estimated at {e.step_ms:g} ms, {e.minutes:g} min)")
         lines.append(f"on a GPU    {per_seed}: calibration ~{_hours(h['calibration_h'] * 60)} "
                      f"({len(b.calibration_seeds)} seeds), a graded cell up to ~{_hours(h['cell_h'] * 60)} "
                      f"({len(b.grader_seeds)} seeds at the cap, {_hours(h['cap_min'])} each)")

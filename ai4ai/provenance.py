@@ -100,9 +100,10 @@ def _repo_sha256(task, scale: str | None) -> str:
 def task_version(task, scale: str | None = None) -> str:
     """Hash of what one task's anchors at `scale` depend on: its repo (at ci and smoke, without the
     artifacts only `full` builds), its hidden grader (minus anchors), its config (minus the keys
-    above, and minus the other scales' blocks when `scale` is given) and, only if its repo or grader imports them, the kernel modules. Anchors are keyed by it,
-    so editing another task, a kernel the shipped algorithm does not use or a config key no grading
-    reads does not invalidate them (the global benchmark version still stamps every result)."""
+    above, and minus the other scales' blocks when `scale` is given) and, only if its repo or grader
+    imports them, the kernel modules. Anchors are keyed by it, so editing another task, a kernel the
+    shipped algorithm does not use or a config key no grading reads does not invalidate them (the
+    global benchmark version still stamps every result)."""
     h = hashlib.sha256()
     h.update(b"repo" + _repo_sha256(task, scale).encode())
     h.update(b"grader" + tree_sha256(task.grader, UNVERSIONED).encode())
