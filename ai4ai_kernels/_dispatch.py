@@ -41,9 +41,35 @@ def interpreting() -> bool:
     return _DEFINED_INTERPRETED and os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split("+")[0].split(".")[:2] if p.isdigit())
+
+
+def interpreter_problem(triton_version: str | None = None, numpy_version: str | None = None) -> str | None:
+    """Why Triton's CPU interpreter cannot run these kernels with the installed versions, or None.
+
+    Triton 3.6 and older turn a kernel's int arguments into 1-element arrays and call int() on
+    them (a loop `range(0, n_cols, BLOCK)`); NumPy 2.4 made that an error, so every launch fails
+    with "only 0-dimensional arrays can be converted to Python scalars". Triton 3.7 squeezes first.
+    (Seen: Triton 3.6.0 with NumPy 2.4.6 and 2.5.2; Triton 3.7-3.9 pass.)"""
+    if not HAS_TRITON:
+        return None
+    import numpy
+    tv, nv = triton_version or triton.__version__, numpy_version or numpy.__version__
+    if _version(tv) < (3, 7) and _version(nv) >= (2, 4):
+        return (f"Triton {tv}'s CPU interpreter cannot run with NumPy {nv} (NumPy 2.4 refuses the int() of "
+                "1-element arrays that Triton up to 3.6 relies on): install triton>=3.7, or numpy<2.4 where "
+                "your torch pins this Triton; on a GPU, leave TRITON_INTERPRET unset")
+    return None
+
+
 def use_triton(*tensors: torch.Tensor) -> bool:
-    """True if the Triton path should run for these tensors; else warn once and say False."""
+    """True if the Triton path should run for these tensors; else warn once and say False. Raises
+    where the interpreter is asked for but cannot run (interpreter_problem): falling back then would
+    make a kernel test compare the reference with itself."""
     global _warned
+    if HAS_TRITON and interpreting() and (problem := interpreter_problem()):
+        raise RuntimeError(f"ai4ai_kernels: {problem}")
     if HAS_TRITON and (interpreting() or all(t.is_cuda for t in tensors)):
         return True
     if not _warned:
