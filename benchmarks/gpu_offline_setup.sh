@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_offline_setup.sh download [DIR]   # here, with PyPI and Debian reachable
 #   bash benchmarks/gpu_offline_setup.sh install  [DIR]   # there, as root, before gpu_first_run.sh
 #
-# DIR (default .device/, keep it out of git: echo /.device/ >> .git/info/exclude) holds the wheels of
+# DIR (default .device/, which .gitignore leaves out) holds the wheels of
 # the project's pure-Python dependencies that such images lack (Hydra and its launcher) and the
 # bubblewrap package with the libraries it links. `install` puts the wheels into the interpreter
 # that runs (python3, or $PYTHON), installs this checkout editable without its dependencies, and
