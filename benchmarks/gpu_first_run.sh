@@ -72,7 +72,7 @@ XDIST=(); python -c 'import xdist' 2>/dev/null && XDIST=(-n 8)
 # test_benchmark.py runs benchmarks/kernels.py on the CPU under the interpreter (CI's job): left out here.
 # (On the H200 image, Triton 3.6 with NumPy 2.5, the interpreter cannot run at all: NumPy 2.4 refuses
 # the int() of 1-element arrays that Triton up to 3.6 relies on; ai4ai_kernels now says so by name.)
-step kernel_tests 200 env AI4AI_KERNEL_TEST_DEVICE=cuda python -m pytest -q -p no:cacheprovider "${XDIST[@]}" tests/kernels \
+step kernel_tests 200 env AI4AI_KERNEL_TEST_DEVICE=cuda python -m pytest -q -p no:cacheprovider ${XDIST[@]+"${XDIST[@]}"} tests/kernels \
   --deselect tests/kernels/test_benchmark.py::test_runs_on_cpu_and_writes_the_tables \
   --junitxml="$OUT_DIR/kernel_tests.xml"
 
