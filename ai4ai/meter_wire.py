@@ -480,8 +480,13 @@ def serve(argv: list[str]) -> None:
     os.rename(sock_path + ".new", sock_path)  # the path appears only once it accepts (serving waits for it)
     listener.settimeout(0.2)
     print("meter ready", flush=True)
+    # The harness that started this server stops it (SIGTERM); one killed outright (kill -9, the OOM
+    # killer) cannot, and the server was left serving, orphaned. Reparented means that parent is gone.
+    parent = os.getppid()
     live: list = []
     while not stop.is_set():
+        if os.getppid() != parent:
+            break
         try:
             conn, _ = listener.accept()
         except socket.timeout:
