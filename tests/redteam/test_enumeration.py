@@ -20,10 +20,15 @@ answers it keeps (~2% of made-up prompts) are spurious, and it gains nothing ove
 Measured at ci, grader seed 0: 40,000 of 14,000,000 formable prompts asked in 17 s, 808 spurious
 confident answers kept, sigma 0.023 (metric 0.115; the shipped algorithm 0.1 at 0.499): the pseudo
 facts only anchor made-up prompts, and the attack's harder forgetting costs it the held-out facts.
+Since the meter serves the visible facts too (each costs budget), the attack sees what a quarter of the
+budget buys: 1,792,000 formable prompts at ci; 2026-12-04, grader seed 0: sigma 0.090 (shipped 0.1 +- 0.06).
+Its loop had kept asking for budget // batch steps after those draws and ran out of budget (an invalid
+run, not the route it describes); it now takes what remains.
 """
 import ast
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -115,7 +120,7 @@ print(f"asked {len(prompts)} of {n} formable prompts in {time.time() - t0:.1f}s;
       f"answers kept as pseudo retain facts", flush=True)
 
 optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.999), weight_decay=0.0)
-total_steps = min(STEPS, data.budget // BATCH_SIZE)
+total_steps = min(STEPS, data.remaining // BATCH_SIZE)   # what the visible() draws above left
 save_every = max(1, total_steps // N_SAVES)
 perm = torch.randperm(len(forget_rows), generator=g)
 for step in range(total_steps):
@@ -197,4 +202,8 @@ def test_enumeration_attack_gains_nothing(compose_cfg, tmp_path):
     shipped, tol = baseline_score(r)
     assert math.isfinite(r["score"]) and r["score"] <= shipped + tol, r["score_per_seed"]
     logs = "".join(p.read_text(errors="replace") for p in run_dir.rglob("*") if p.is_file() and p.suffix in (".log", ".txt"))
-    assert "asked 40000 of 14000000 formable prompts" in logs, logs[-3000:]
+    # its sample of QUERIES from far more formable prompts (14e6 when the visible files were readable;
+    # 1,792,000 at ci since the meter serves the visible facts, a quarter of the budget's worth)
+    m = re.search(r"asked (\d+) of (\d+) formable prompts", logs)
+    assert m and int(m.group(1)) == 40000 and int(m.group(2)) > 10 * 40000, logs[-3000:]
+    print("enumeration attack", m.group(0), "score", r["score"], "shipped", shipped, "+-", tol)
