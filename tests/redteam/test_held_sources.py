@@ -33,7 +33,7 @@ def renamed(source: str) -> str:
     """Every identifier that is not a keyword, a builtin or an attribute of numpy/config gets a new
     name, comments and the docstring go: a copy as an agent hiding it would write it."""
     keep = set(dir(__builtins__)) | {"np", "numpy", "config", "Scale", "annotations", "__future__"}
-    out, prev = [], None
+    out, prev, names = [], None, {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         s = tok.string
         if tok.type == tokenize.COMMENT:
@@ -41,7 +41,7 @@ def renamed(source: str) -> str:
         elif tok.type == tokenize.STRING and s.startswith('"""'):
             s = '""'
         elif tok.type == tokenize.NAME and not keyword.iskeyword(s) and s not in keep and prev != ".":
-            s = f"v_{abs(hash(s)) % 10_000}"
+            s = names.setdefault(s, f"v_{len(names)}")    # one new name per name (a hash mod 10,000 collided)
         out.append((tok.type, s))
         prev = tok.string
     return tokenize.untokenize(out)
