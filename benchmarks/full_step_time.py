@@ -31,7 +31,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-import yaml  # noqa: E402
+
+from ai4ai.task import load_task  # noqa: E402
 
 # per task: (sequences in a forward with gradients, sequence length constant in config.py,
 #            sequences in forwards without gradients), from each train.py's batch at `full`
@@ -58,8 +59,8 @@ def _load_repo(task: str):
 
 
 def _estimate(task: str) -> float | None:
-    cfg = yaml.safe_load((ROOT / "conf" / "task" / f"{task}.yaml").read_text())
-    return (((cfg.get("scales") or {}).get("full") or {}).get("estimate") or {}).get("step_ms")
+    e = load_task(task).scale("full").estimate
+    return None if e is None else e.step_ms
 
 
 def _sync(device: torch.device) -> None:
