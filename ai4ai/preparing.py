@@ -254,25 +254,52 @@ def grading_mounts(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> tup
     return [Mount(DATA, dest, False)], {task.data_env: DATA}
 
 
+def committed_graded(task: Task, scale: str, wanted: list[str] | None = None) -> Path | None:
+    """The graded instance's prepared models as committed beside the hidden grader
+    (<grader>/prepared/<scale>/: the files by repo-relative path, and a SHA256SUMS of them), or None
+    where none are committed for `scale`. Committed at ci and smoke, so that every CPU grades from the
+    same bytes: the repo's prepare step rounds by the host's kernels, and a base model pretrained on
+    another host (sft at ci: exact match after the shipped run 0.12 to 0.37 over five bases, 0.035 on
+    one CI host) would move the number with the machine. At full the prepare step runs on the device.
+    A damaged or incomplete folder is an error, not a reason to regenerate silently."""
+    folder = Path(task.grader) / "prepared" / scale
+    if not folder.is_dir():
+        return None
+    wanted = wanted if wanted is not None else [w.format(scale=scale) for w in task.grading_artifacts]
+    problems = verify(folder) + [f"{rel} is not listed in its SHA256SUMS" for rel in wanted
+                                 if rel not in read_sums(folder)]
+    if problems:
+        raise RuntimeError(f"{task.name}: the committed graded models in {folder} are damaged ({'; '.join(problems)}); "
+                           f"restore them from git (git checkout -- {folder.relative_to(PROJECT_ROOT) if folder.is_relative_to(PROJECT_ROOT) else folder}) "
+                           f"or remake them with `python benchmarks/commit_graded_artifacts.py {task.name} {scale}`")
+    return folder
+
+
 def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Path = CACHE_ROOT,
-                     graded: Path | None = None) -> Path | None:
+                     graded: Path | None = None, committed: bool = True) -> Path | None:
     """The prepared models of the graded instance (data.grading_artifacts), or None where the task has
     none: the repo's own prepare step (data.artifacts.command), run once in a scratch copy of the
     pristine repo whose data files are replaced by the graded instance's files of the same names
     (grading_data's, their data/SHA256SUMS lines too), and the files it made kept in the cache under
     their repo-relative paths. A graded run's training copy holds them in place of the visible
     instance's (training.build_training_copy); the agent's own runs keep the committed ones.
-    `graded`: the graded instance's files (grading_mounts' folder), when the caller has them."""
+    `graded`: the graded instance's files (grading_mounts' folder), when the caller has them.
+    Where the grader commits them for `scale` (committed_graded), those are used instead;
+    `committed=False` makes them anyway (benchmarks/commit_graded_artifacts.py)."""
     # with your own model the derived task keeps the artifacts step only where its output is used beside
     # your model (distillation's teacher, which depends on the instance); elsewhere yours replaces it
     if not task.grading_artifacts or task.artifacts is None:
         return None
+    wanted = [w.format(scale=scale) for w in task.grading_artifacts]
+    if committed and (kept := committed_graded(task, scale, wanted)) is not None:
+        say(f"  {task.name} {scale} graded instance's prepared models: committed in {kept}, "
+            f"{len(read_sums(kept))} files verified")
+        return kept
     if graded is None:
         graded = grading_mounts(task, scale, cache_root)[0][0].host
     key = f"{cache_key(task)}-{tree_sha256(task.repo, UNVERSIONED)[:16]}"
     if device == "cpu":        # a model trained on the CPU rounds by its kernels' instruction set (provenance.cpu_capability)
         key += f"-{cpu_capability()}"
-    wanted = [w.format(scale=scale) for w in task.grading_artifacts]
 
     def make(out: Path) -> dict:
         scratch = Path(tempfile.mkdtemp(prefix=f"{task.name}-graded-", dir=out.parent))

@@ -1,6 +1,7 @@
 """Move anchor records of an older task version to the current one, without recalibrating.
 
     python benchmarks/rekey_anchors.py TASK OLD_VERSION [OLD_VERSION ...] [--scales ci,smoke]
+                                       [--device-class CLASS]
 
 Only for a change that is shown not to move what the shipped algorithm trains (e.g. identical
 weights from benchmarks/meter_equivalence.py or benchmarks/ci_sweep.py --compare): the record's
@@ -31,6 +32,8 @@ def main() -> None:
     ap.add_argument("task")
     ap.add_argument("old", nargs="+")
     ap.add_argument("--scales", default="ci,smoke")
+    ap.add_argument("--device-class", help="only this device class's records (where the change is shown "
+                    "not to move what the shipped algorithm trains on that class alone)")
     a = ap.parse_args()
     task = load_task(a.task)
     scales = a.scales.split(",")
@@ -41,6 +44,8 @@ def main() -> None:
     for r in recs:
         k = r["key"]
         if k["task_version"] not in a.old or k["scale"] not in scales:
+            continue
+        if a.device_class and k["device_class"] != a.device_class:
             continue
         new = task_version(task, k["scale"])
         if new == k["task_version"] or (k["scale"], new, k["device_class"]) in have:

@@ -214,3 +214,53 @@ def test_ci_seed_trains_and_grades_end_to_end(compose_cfg, tmp_path):
     assert abs(r["score"] - 0.1) < 0.08, r["score_per_seed"]
     cands = r["checkpoints"]["per_seed"][0]["candidates"]
     assert len(cands) == 3 and all(c["valid"] for c in cands)
+
+
+@pytest.mark.parametrize("scale", ["ci", "smoke"])
+def test_graded_base_is_committed_and_used_without_the_prepare_step(scale, monkeypatch):
+    """The graded instance's base model at ci and smoke comes from the hidden grader's committed
+    bytes, not from prepare.py run on this host: a base pretrained elsewhere rounds differently, and
+    the shipped run's exact match then moves with the machine (0.12 to 0.37 over five bases)."""
+    from safetensors.torch import load_file
+    from ai4ai import preparing
+    from ai4ai.preparing import sha256_file
+
+    task = load_task(TASK)
+
+    def no_prepare(*a, **k):
+        raise AssertionError("the prepare step ran although the graded base is committed")
+    monkeypatch.setattr(preparing, "run_prepare_step", no_prepare)
+    folder = preparing.graded_artifacts(task, scale)
+    assert folder == task.grader / "prepared" / scale
+    rel = f"artifacts/base_{scale}.safetensors"
+    assert set(preparing.read_sums(folder)) == {rel} and not preparing.verify(folder)
+    # the graded table's base, not a copy of the visible one the agent has
+    assert sha256_file(folder / rel) != sha256_file(REPO / rel)
+    sys.path.insert(0, str(REPO))
+    try:
+        from model import build_model
+        model = build_model(scale)
+    finally:
+        sys.path.remove(str(REPO))
+    weights = load_file(str(folder / rel))
+    assert set(weights) == {k for k, _ in model.named_parameters()}
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_a_damaged_committed_base_is_refused_by_name(tmp_path):
+    import shutil
+    from dataclasses import replace
+    from ai4ai import preparing
+
+    task = load_task(TASK)
+    grader = tmp_path / "grader"
+    shutil.copytree(task.grader, grader, ignore=shutil.ignore_patterns("calibration", "__pycache__"))
+    base = grader / "prepared" / "ci" / "artifacts" / "base_ci.safetensors"
+    raw = bytearray(base.read_bytes())
+    raw[-1] ^= 1
+    base.write_bytes(bytes(raw))
+    with pytest.raises(RuntimeError, match=r"damaged \(artifacts/base_ci.safetensors does not match its sha256\).*git checkout"):
+        preparing.graded_artifacts(replace(task, grader=grader), "ci")
+    base.unlink()
+    with pytest.raises(RuntimeError, match="base_ci.safetensors is missing"):
+        preparing.graded_artifacts(replace(task, grader=grader), "ci")
