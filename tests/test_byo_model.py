@@ -383,9 +383,17 @@ def test_the_repos_own_prepared_model_is_not_asked_for_on_yours(task_name, keeps
     assert derived.repo == repo
     assert needs_artifacts(derived, "full") is keeps
     # a graded run on your model is still served the graded instance's prepared model where it is used
-    # beside yours (distillation's teacher); elsewhere yours replaces it, so nothing is made
+    # beside yours (distillation's teacher: committed at ci, made at full); elsewhere yours replaces
+    # it, so nothing is made or handed over
     from ai4ai import preparing
+    served = keeps and bool(task.grading_artifacts)
     made = []
     monkeypatch.setattr(preparing, "_build_cached", lambda dest, what, make: made.append(what) or dest)
-    preparing.graded_artifacts(derived, "ci", graded=tmp_path)
-    assert bool(made) is (keeps and bool(task.grading_artifacts)), made
+    got = preparing.graded_artifacts(derived, "ci", graded=tmp_path)
+    assert (got is not None) is served, got
+    if served:
+        assert got == preparing.committed_graded(derived, "ci") and not made, (got, made)
+    else:
+        assert not made, made
+    preparing.graded_artifacts(derived, "full", graded=tmp_path)
+    assert bool(made) is served, made
