@@ -254,7 +254,12 @@ def grading_mounts(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> tup
     return [Mount(DATA, dest, False)], {task.data_env: DATA}
 
 
-def committed_graded(task: Task, scale: str, wanted: list[str] | None = None) -> Path | None:
+def _graded_files(task: Task, scale: str) -> list[str]:
+    """data.grading_artifacts at `scale`: the repo-relative files of the graded instance's prepared models."""
+    return [w.format(scale=scale) for w in task.grading_artifacts]
+
+
+def committed_graded(task: Task, scale: str) -> Path | None:
     """The graded instance's prepared models as committed beside the hidden grader
     (<grader>/prepared/<scale>/: the files by repo-relative path, and a SHA256SUMS of them), or None
     where none are committed for `scale`. Committed at ci and smoke, so that every CPU grades from the
@@ -265,9 +270,9 @@ def committed_graded(task: Task, scale: str, wanted: list[str] | None = None) ->
     folder = Path(task.grader) / "prepared" / scale
     if not folder.is_dir():
         return None
-    wanted = wanted if wanted is not None else [w.format(scale=scale) for w in task.grading_artifacts]
-    problems = verify(folder) + [f"{rel} is not listed in its SHA256SUMS" for rel in wanted
-                                 if rel not in read_sums(folder)]
+    listed = read_sums(folder)
+    problems = verify(folder) + [f"{rel} is not listed in its SHA256SUMS" for rel in _graded_files(task, scale)
+                                 if rel not in listed]
     if problems:
         raise RuntimeError(f"{task.name}: the committed graded models in {folder} are damaged ({'; '.join(problems)}); "
                            f"restore them from git (git checkout -- {folder.relative_to(PROJECT_ROOT) if folder.is_relative_to(PROJECT_ROOT) else folder}) "
@@ -290,11 +295,11 @@ def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Pa
     # your model (distillation's teacher, which depends on the instance); elsewhere yours replaces it
     if not task.grading_artifacts or task.artifacts is None:
         return None
-    wanted = [w.format(scale=scale) for w in task.grading_artifacts]
-    if committed and (kept := committed_graded(task, scale, wanted)) is not None:
+    if committed and (kept := committed_graded(task, scale)) is not None:
         say(f"  {task.name} {scale} graded instance's prepared models: committed in {kept}, "
             f"{len(read_sums(kept))} files verified")
         return kept
+    wanted = _graded_files(task, scale)
     if graded is None:
         graded = grading_mounts(task, scale, cache_root)[0][0].host
     key = f"{cache_key(task)}-{tree_sha256(task.repo, UNVERSIONED)[:16]}"

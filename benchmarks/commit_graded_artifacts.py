@@ -41,11 +41,8 @@ def main() -> None:
         dest = Path(task.grader) / "prepared" / scale
         if dest.exists():
             shutil.rmtree(dest)
-        sums = preparing.read_sums(made)
-        for rel in sums:
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(made / rel, dest / rel)
-        preparing.write_sums(dest, sums)
+        shutil.copytree(made, dest, ignore=shutil.ignore_patterns(".complete"))   # the files and their SHA256SUMS
+        sums = preparing.read_sums(dest)
         problems = preparing.verify(dest)
         if problems:
             raise SystemExit(f"{dest}: {problems}")

@@ -214,4 +214,3 @@ def test_ci_seed_trains_and_grades_end_to_end(compose_cfg, tmp_path):
     assert abs(r["score"] - 0.1) < 0.08, r["score_per_seed"]
     cands = r["checkpoints"]["per_seed"][0]["candidates"]
     assert len(cands) == 3 and all(c["valid"] for c in cands)
-
