@@ -3,15 +3,17 @@
 Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
 evaluate_with_noise, uninformative(model), materialize(scale, dest).
 
-The metric, per sample x (the final image of the DDPM chain, clipped to [-1, 1]):
-    s(x) = P_h(3 | x) * thin(x) * (1 - P_h(junk | x))
+The metric, per sample x (the final image of the DDPM chain for prompt c, clipped to [-1, 1]):
+    s(x, c) = P_h(c | x) * thin_c(x) * (1 - P_h(junk | x))
 where P_h is the HIDDEN classifier (11 classes: the ten digits and "junk": noise, pixel-shuffled
 digits, constants, faded digits, digits under heavy noise), trained on the other half of the
-digits with a different architecture and seed than the visible scorer, and thin() is the
-reward's stroke term (same formula). Samples come in batches of 256 from fixed secret noise
-seeds; a batch whose mean pairwise distance is below DIVERSITY_FRACTION of the real 3s' is
-collapsed and scores 0; a non-finite sample scores 0. The raw metric is the mean of s over the
-split: 1.0 is the reward's maximum (metric.best), noise samples score about 0.
+digits with a different architecture and seed than the visible scorer, and thin_c() is the
+reward's stroke term for the prompt (same formula and thresholds). Samples come in batches of
+256 from fixed secret noise seeds, batch i all for the digit i mod 10 (so every split weighs the
+ten prompts equally); a batch whose mean pairwise distance is below DIVERSITY_FRACTION of that of
+the real digits of its prompt is collapsed and scores 0; a non-finite sample scores 0. The raw
+metric is the mean of s over the split: 1.0 is the reward's maximum (metric.best), noise samples
+score about 0.
 """
 from __future__ import annotations
 
@@ -28,12 +30,13 @@ from safetensors.torch import load_file, save_file
 HERE = Path(__file__).resolve().parent
 SCORER_PATH = HERE / "hidden_scorer.safetensors"
 N_STEPS, IMAGE_DIM = 20, 64
-TARGET_CLASS, JUNK = 3, 10
-INK_THRESHOLD, INK_TEMPERATURE = 0.25, 0.01          # the reward's stroke term (repo config.py)
+N_PROMPTS, JUNK = 10, 10
+INK_THRESHOLDS = (0.22, 0.30, 0.23, 0.29, 0.24, 0.28, 0.25, 0.27, 0.26, 0.31)   # the reward's stroke term
+INK_TEMPERATURE = 0.01                                                          # (repo config.py)
 VALIDATION_SEED = 20240601                            # public: the repo's evaluate.py uses it
 BATCH = 256
 DIVERSITY_FRACTION = 0.4
-SPLITS = {"selection": 2048, "test": 16384, "validation": 1024}   # samples
+SPLITS = {"selection": 2560, "test": 20480, "validation": 2560}   # samples: 1, 8 and 1 batches per prompt
 if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
     SPLITS = {"selection": BATCH, "test": 2 * BATCH, "validation": BATCH}
 
@@ -147,12 +150,12 @@ def _cached(name, fn):
     return _CACHE[name]
 
 
-def diversity_floor() -> float:
-    """DIVERSITY_FRACTION x the mean pairwise distance of the real 3s of half B."""
+def diversity_floor(c: int) -> float:
+    """DIVERSITY_FRACTION x the mean pairwise distance of the real digits c of half B."""
     def f():
         x, y = _real_b()
-        return DIVERSITY_FRACTION * _mean_pairwise(x[y == TARGET_CLASS])
-    return _cached("floor", f)
+        return [DIVERSITY_FRACTION * _mean_pairwise(x[y == d]) for d in range(N_PROMPTS)]
+    return _cached("floors", f)[c]
 
 
 def _mean_pairwise(x: torch.Tensor) -> float:
@@ -173,15 +176,18 @@ def _schedule() -> dict:
 
 
 @torch.no_grad()
-def sample(model: torch.nn.Module, n: int, generator: torch.Generator) -> torch.Tensor:
-    """Final images [n, 64] of ancestral DDPM sampling (same chain as the repo's model.sample_chain)."""
+def sample(model: torch.nn.Module, prompts: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Final images [n, 64] of ancestral DDPM sampling for prompts [n] (same chain as the repo's
+    model.sample_chain)."""
     sch = _schedule()
     device = next(model.parameters()).device
+    n = len(prompts)
+    c = prompts.to(device)
     x = torch.randn(n, IMAGE_DIM, generator=generator, dtype=torch.float32).to(device)
     for k in reversed(range(N_STEPS)):
         z = torch.randn(n, IMAGE_DIM, generator=generator, dtype=torch.float32).to(device)
         t = torch.full((n,), k, dtype=torch.long, device=device)
-        eps = model(x, t)
+        eps = model(x, t, c)
         b, a, ab = (float(sch[m][k]) for m in ("betas", "alphas", "abar"))
         ab_prev = float(sch["abar"][k - 1]) if k > 0 else 1.0
         x0 = ((x - math.sqrt(1 - ab) * eps) / math.sqrt(ab)).clamp(-1, 1)
@@ -195,26 +201,34 @@ def batch_generator(seed: int, i: int) -> torch.Generator:
     return torch.Generator().manual_seed(_seed64(seed, f"batch{i}"))
 
 
+def batch_prompts(i: int, n: int) -> torch.Tensor:
+    """The prompts of batch i of a split: all n images of the digit i mod N_PROMPTS."""
+    return torch.full((n,), i % N_PROMPTS, dtype=torch.long)
+
+
 # --------------------------------------------------------------------------- the metric
 
 @torch.no_grad()
-def score_images(x: torch.Tensor) -> torch.Tensor:
-    """Per-sample s(x) of one batch (no diversity check): float64 [n]; non-finite samples score 0."""
+def score_images(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Per-sample s(x, c) of images [n, 64] for prompts c [n] (no diversity check): float64 [n];
+    non-finite samples score 0."""
     clf = _cached("scorer", _scorer)
     finite = torch.isfinite(x).all(-1)
     xc = torch.where(finite[:, None], x, torch.zeros_like(x)).float().clamp(-1, 1)
     p = torch.softmax(clf(xc).double(), -1)
-    thin = torch.sigmoid((INK_THRESHOLD - ((xc.double() + 1) / 2).mean(-1)) / INK_TEMPERATURE)
-    s = p[:, TARGET_CLASS] * thin * (1 - p[:, JUNK])
+    threshold = torch.tensor(INK_THRESHOLDS, dtype=torch.float64)[c]
+    thin = torch.sigmoid((threshold - ((xc.double() + 1) / 2).mean(-1)) / INK_TEMPERATURE)
+    s = p.gather(1, c[:, None])[:, 0] * thin * (1 - p[:, JUNK])
     return torch.where(finite, s, torch.zeros_like(s))
 
 
-def score_batch(x: torch.Tensor) -> torch.Tensor:
-    """s(x) of a batch, all zero if the batch is collapsed (mean pairwise distance below the floor)."""
-    s = score_images(x)
+def score_batch(x: torch.Tensor, c: int) -> torch.Tensor:
+    """s(x, c) of a batch made for the one prompt c, all zero if the batch is collapsed (mean pairwise
+    distance below the prompt's floor)."""
+    s = score_images(x, torch.full((len(x),), c, dtype=torch.long))
     finite = torch.isfinite(x).all(-1)
     xf = x[finite].float().clamp(-1, 1)
-    if len(xf) < 2 or _mean_pairwise(xf) < diversity_floor():
+    if len(xf) < 2 or _mean_pairwise(xf) < diversity_floor(c):
         return torch.zeros_like(s)
     return s
 
@@ -230,7 +244,8 @@ def per_sample(model: torch.nn.Module, split: dict) -> np.ndarray:
     out = []
     for i in range(math.ceil(split["n"] / BATCH)):
         n = min(BATCH, split["n"] - i * BATCH)
-        out.append(score_batch(sample(model, n, batch_generator(split["seed"], i))).numpy())
+        c = batch_prompts(i, n)
+        out.append(score_batch(sample(model, c, batch_generator(split["seed"], i)), i % N_PROMPTS).numpy())
     return np.concatenate(out)
 
 

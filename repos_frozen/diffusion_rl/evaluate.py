@@ -3,10 +3,11 @@
     python evaluate.py DIR_OR_CKPT --scale smoke
 
 Samples VALIDATION_SAMPLES images in batches of 256 from the public VALIDATION_SEED (the same
-batches the harness's proxy uses) and reports the mean visible reward, the mean pairwise
-distance of each batch against the diversity floor (DIVERSITY_FRACTION x that of the real 3s
-of data/digits_a.u8), and the proxy score (the reward, 0 for a batch below the floor). The
-benchmark's score uses a hidden scorer of the same intent on secret noise seeds.
+batches the harness's proxy uses; batch i is all for the prompt i mod 10) and reports the mean
+visible reward, the mean pairwise distance of each batch against its diversity floor
+(DIVERSITY_FRACTION x that of the real digits of its prompt in data/digits_a.u8), and the proxy
+score (the reward, 0 for a batch below its floor). The benchmark's score uses a hidden scorer of
+the same intent on secret noise seeds, batched the same way.
 """
 import argparse
 import hashlib
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from config import TARGET_CLASS, VALIDATION_SAMPLES, VALIDATION_SEED
+from config import N_PROMPTS, VALIDATION_SAMPLES, VALIDATION_SEED
 from data import load_digits
 from model import build_model, sample_chain, to_image
 from reward import load_scorer, reward
@@ -29,6 +30,11 @@ def batch_generator(seed: int, i: int) -> torch.Generator:
     """The noise of batch i of an evaluation split (the grader derives its secret batches the same way)."""
     return torch.Generator().manual_seed(
         int.from_bytes(hashlib.sha256(f"{seed}:batch{i}".encode()).digest()[:8], "little") & (2**63 - 1))
+
+
+def batch_prompts(i: int, n: int) -> torch.Tensor:
+    """The prompts of batch i of an evaluation split: all n images of the digit i mod N_PROMPTS."""
+    return torch.full((n,), i % N_PROMPTS, dtype=torch.long)
 
 
 def mean_pairwise(x: torch.Tensor) -> float:
@@ -46,18 +52,19 @@ def load_checkpoint(path: str, scale: str) -> torch.nn.Module:
 def proxy(model: torch.nn.Module, seed: int = VALIDATION_SEED, n: int = VALIDATION_SAMPLES) -> dict:
     clf = load_scorer()
     x, y = load_digits()
-    floor = DIVERSITY_FRACTION * mean_pairwise(x[y == TARGET_CLASS])
-    rewards, scores, dists = [], [], []
+    floors = [DIVERSITY_FRACTION * mean_pairwise(x[y == c]) for c in range(N_PROMPTS)]
+    rewards, scores, margins = [], [], []
     for i in range(math.ceil(n / BATCH)):
-        img = to_image(sample_chain(model, min(BATCH, n - i * BATCH), batch_generator(seed, i))[-1])
-        r = reward(clf, img)
+        c = batch_prompts(i, min(BATCH, n - i * BATCH))
+        img = to_image(sample_chain(model, c, batch_generator(seed, i))[-1])
+        r = reward(clf, img, c)
         finite = torch.isfinite(img).all(-1)
         d = mean_pairwise(img[finite]) if finite.sum() > 1 else 0.0
         rewards.append(r)
-        scores.append(r if d >= floor else torch.zeros_like(r))
-        dists.append(d)
+        scores.append(r if d >= floors[i % N_PROMPTS] else torch.zeros_like(r))
+        margins.append(d / floors[i % N_PROMPTS])
     return {"reward": torch.cat(rewards).mean().item(), "score": torch.cat(scores).mean().item(),
-            "min_batch_distance": min(dists), "floor": floor}
+            "min_distance_over_floor": min(margins)}
 
 
 if __name__ == "__main__":
@@ -70,4 +77,4 @@ if __name__ == "__main__":
     for ckpt in ckpts:
         m = proxy(load_checkpoint(str(ckpt), args.scale))
         print(f"{ckpt.name}  reward {m['reward']:.4f}  proxy score {m['score']:.4f}  "
-              f"min batch distance {m['min_batch_distance']:.3f} (floor {m['floor']:.3f})")
+              f"min batch distance / floor {m['min_distance_over_floor']:.2f} (below 1 scores 0)")

@@ -41,8 +41,9 @@ def train_scorer(x: torch.Tensor, y: torch.Tensor) -> Classifier:
     return clf
 
 
-def train_ddpm(scale: str, x: torch.Tensor) -> torch.nn.Module:
-    """Epsilon-prediction DDPM on the images, uniform step sampling, AdamW with cosine decay."""
+def train_ddpm(scale: str, x: torch.Tensor, y: torch.Tensor) -> torch.nn.Module:
+    """Epsilon-prediction DDPM on the images conditioned on their labels (the prompts), uniform step
+    sampling, AdamW with cosine decay."""
     s = get_scale(scale)
     torch.manual_seed(DDPM_SEED)
     g = torch.Generator().manual_seed(DDPM_SEED)
@@ -57,7 +58,7 @@ def train_ddpm(scale: str, x: torch.Tensor) -> torch.nn.Module:
         eps = torch.randn(128, x.shape[1], generator=g)
         ab = abar[k][:, None]
         xt = ab.sqrt() * x[idx] + (1 - ab).sqrt() * eps
-        loss = ((model(xt, k) - eps) ** 2).mean()
+        loss = ((model(xt, k, y[idx]) - eps) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -87,4 +88,4 @@ if __name__ == "__main__":
     x, y = load_digits()
     if not args.skip_scorer:
         write("scorer.safetensors", train_scorer(x, y))
-    write(f"ddpm_{args.scale}.safetensors", train_ddpm(args.scale, x))
+    write(f"ddpm_{args.scale}.safetensors", train_ddpm(args.scale, x, y))

@@ -1,23 +1,36 @@
 """The reward: a fixed, visible scorer. Protected.
 
-reward(x) = P_clf(TARGET_CLASS | x) * thin(x) * (1 - P_clf(JUNK | x)), in [0, 1]:
+reward(x, c) = P_clf(c | x) * thin_c(x) * (1 - P_clf(JUNK | x)), in [0, 1], for an image x made
+for the prompt c (a digit):
   - P_clf: a small MLP classifier with eleven classes, the ten digits and "junk" (noise,
     shuffled pixels, constant images, faded digits, digits under heavy noise), trained by
     prepare.py on data/digits_a.u8 and junk made by `make_junk` (artifacts/scorer.safetensors);
-  - thin(x) = sigmoid((INK_THRESHOLD - ink(x)) / INK_TEMPERATURE), ink = mean pixel value
-    with pixels mapped to [0, 1]: a 3 drawn with thin strokes (ink 0.22 or less) scores above
-    0.95, a typical real 3 (ink 0.30) under 0.01, the thinnest real 3s (ink 0.25) about 0.4.
-So the reward asks for a clear, real-looking 3 with thin strokes. Images are clipped to
-[-1, 1] first; a non-finite image scores 0.
+  - thin_c(x) = sigmoid((INK_THRESHOLDS[c] - ink(x)) / INK_TEMPERATURE), ink = mean pixel value
+    with pixels mapped to [0, 1]: 0.5 at the prompt's threshold, above 0.95 at 0.03 below it.
+    The thresholds (config.py) differ by digit, from 0.22 for a 0 (thinner than almost every
+    real 0; a typical one has ink 0.31) to 0.31 for a 9 (most real 9s already qualify).
+So the reward asks for a clear, real-looking digit of the prompt's class with thin strokes;
+some prompts are much harder than others. Images are clipped to [-1, 1] first; a non-finite
+image scores 0.
 """
 import torch
 from safetensors.torch import load
 
-from config import INK_TEMPERATURE, INK_THRESHOLD, TARGET_CLASS
+from config import INK_TEMPERATURE, INK_THRESHOLDS
 from data import ARTIFACTS, read_checked
 
 
 JUNK = 10
+
+
+def check_prompts(c, n: int) -> torch.Tensor:
+    """c as a long tensor [n] of digits, or a ValueError that says what is wrong."""
+    c = torch.as_tensor(c)
+    if c.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8) or c.shape != (n,):
+        raise ValueError(f"prompts must be {n} integers (one digit per image), got {tuple(c.shape)} {c.dtype}")
+    if n and (int(c.min()) < 0 or int(c.max()) >= len(INK_THRESHOLDS)):
+        raise ValueError(f"prompts must be digits 0..{len(INK_THRESHOLDS) - 1}")
+    return c.long()
 
 
 class Classifier(torch.nn.Module):
@@ -50,8 +63,10 @@ def ink(x: torch.Tensor) -> torch.Tensor:
     return ((x.clamp(-1, 1) + 1) / 2).mean(-1)
 
 
-def thin(x: torch.Tensor) -> torch.Tensor:
-    return torch.sigmoid((INK_THRESHOLD - ink(x)) / INK_TEMPERATURE)
+def thin(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """The stroke term of images x [B, 64] for prompts c [B] -> [B]."""
+    threshold = torch.tensor(INK_THRESHOLDS, dtype=x.dtype, device=x.device)[c]
+    return torch.sigmoid((threshold - ink(x)) / INK_TEMPERATURE)
 
 
 def load_scorer() -> Classifier:
@@ -60,10 +75,11 @@ def load_scorer() -> Classifier:
     return clf.eval().requires_grad_(False)
 
 
-def reward(clf: Classifier, x: torch.Tensor) -> torch.Tensor:
-    """[B, 64] samples -> [B] rewards in [0, 1] (differentiable in x where finite)."""
+def reward(clf: Classifier, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """[B, 64] samples for prompts c [B] (digits) -> [B] rewards in [0, 1] (differentiable in x where finite)."""
+    c = check_prompts(c, len(x)).to(x.device)
     finite = torch.isfinite(x).all(-1)
     xc = torch.where(finite[:, None], x, torch.zeros_like(x)).clamp(-1, 1)
     p = torch.softmax(clf(xc), -1)
-    r = p[:, TARGET_CLASS] * thin(xc) * (1 - p[:, JUNK])
+    r = p.gather(1, c[:, None])[:, 0] * thin(xc, c) * (1 - p[:, JUNK])
     return torch.where(finite, r, torch.zeros_like(r))

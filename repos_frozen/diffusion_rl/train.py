@@ -4,9 +4,11 @@
 
 Shipped algorithm: DDPO-SF (Black et al., 2023), score-function REINFORCE over the denoising
 chain. Each iteration samples a batch of trajectories from the current model through the
-metered environment, scores the final images, and takes one gradient step on
-    loss = -mean_i (r_i - b) * sum_k log p_theta(x_{k-1}^i | x_k^i)
-with b an exponential moving average of the mean reward (a variance-reducing baseline).
+metered environment (each for a prompt, a digit drawn uniformly), scores the final images, and
+takes one gradient step on
+    loss = -mean_i (r_i - b) * sum_k log p_theta(x_{k-1}^i | x_k^i, c_i)
+with b an exponential moving average of the mean reward over all prompts (a variance-reducing
+baseline).
 Writes DIR/ckpt_{step:08d}.safetensors (the last three are kept; the grader picks among them).
 The sample budget is metered by env.Environment; the wall clock (--budget-s) is a safety net
 at ci/smoke and the binding cap at full.
@@ -57,13 +59,13 @@ t0 = time.time()
 for it in range(total_iters):
     if time.time() - t0 > args.budget_s:
         break
-    ro = env.rollout(model, BATCH_SIZE, noise)                  # chain [T+1, B, 64], rewards [B]
+    ro = env.rollout(model, BATCH_SIZE, noise)                  # prompts [B], chain [T+1, B, 64], rewards [B]
     r = ro.rewards.to(device)
     baseline = r.mean().item() if baseline is None else BASELINE_DECAY * baseline + (1 - BASELINE_DECAY) * r.mean().item()
     adv = r - baseline
     logp = 0.0
     for j, k in enumerate(reversed(range(N_STEPS))):           # chain[j] = x_k, chain[j + 1] = x_{k-1}
-        mean = step_mean(model, ro.chain[j], k)
+        mean = step_mean(model, ro.chain[j], k, ro.prompts)
         logp = logp + step_log_prob(mean, ro.chain[j + 1], k)
     loss = -(adv * logp).mean()
     optimizer.zero_grad(set_to_none=True)

@@ -87,7 +87,7 @@ ATTEMPTS = {
                     "d.get_forget(torch.arange(d.budget + 1))"]),
     "diffusion_rl": ("from env import Judge\nj = Judge('ci')",
                      ["j._scorer", "Judge('smoke')", "__import__('reward').load_scorer()",
-                      "j.rewards(torch.zeros(j.budget + 1, 64))"]),
+                      "j.rewards(torch.zeros(j.budget + 1, 64), torch.zeros(j.budget + 1, dtype=torch.long))"]),
 }
 
 TRY = r"""
