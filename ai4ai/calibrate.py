@@ -19,10 +19,10 @@ describes the code. It exits 1 when a seed differs by more than half the record'
 import hydra
 from omegaconf import DictConfig
 
-from . import CONF_DIR
-from .anchors import add_probe, calibrate, find, measure_cpu, needs_cpu_here, verify
-from .context import context
-from .entry import hydra_run_dir
+from ai4ai import CONF_DIR
+from ai4ai.grading.anchors import add_probe, calibrate, find, measure_cpu, needs_cpu_here, verify
+from ai4ai.grading.context import context
+from ai4ai.entry import hydra_run_dir
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="calibrate")

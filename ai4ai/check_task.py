@@ -10,10 +10,10 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from . import CONF_DIR
-from .entry import hydra_run_dir
-from .task_checks import check
-from .tuning import tuning_checks
+from ai4ai import CONF_DIR
+from ai4ai.entry import hydra_run_dir
+from ai4ai.analysis.task_checks import check
+from ai4ai.analysis.tuning import tuning_checks
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="check_task")

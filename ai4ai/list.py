@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import yaml
 
-from . import PROJECT_ROOT
-from . import anchors as anchor_store
-from . import models as own_models
-from .agents import kinds
-from .provenance import benchmark_version, task_version
-from .task import TaskError, list_tasks, load_task
+from ai4ai import PROJECT_ROOT
+from ai4ai.grading import anchors as anchor_store
+from ai4ai.repo import models as own_models
+from ai4ai.agents import kinds
+from ai4ai.core.provenance import benchmark_version, task_version
+from ai4ai.core.task import TaskError, list_tasks, load_task
 
 
 def _comment(path) -> str:
@@ -19,7 +19,7 @@ def _comment(path) -> str:
 
 
 def own_model_lines(task, recs: list) -> list[str]:
-    """One line per model brought to `task` (task.model_path, ai4ai.models), with the anchors it has."""
+    """One line per model brought to `task` (task.model_path, ai4ai.repo.models), with the anchors it has."""
     if task.name not in own_models.OWN_MODEL_TASKS:
         return []
     out = []

@@ -12,27 +12,28 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from . import agents as agent_kinds
-from . import anchors, hostspeed, record, result as results
-from .agents.base import COST_KEYS, AgentContext, AgentOutcome
-from .agents.cli import AgentSetupError
-from .agents.patch import resolve as resolve_patch
-from .console import say
-from .context import NETWORK_MODES, RunContext, UsageError, context
-from .grading import grade_seeds
-from .instructions import render
-from .plan import plan_lines
-from .layout import RunDir, read_json, write_json
-from .models import provenance_record
-from .provenance import UNVERSIONED, tree_sha256, versions
-from .proxy import ProxyServer, choose_submission, client_bin, write_submission_record
-from .sandbox import agent_sandbox
-from .scoring import Scored, score_seeds
-from .patches import PatchFormatError, parse_patch
-from .submission import Submission, from_patch, from_workspace
-from .trajectory import EMPTY_SUMMARY, summary as trajectory_summary
-from .training import run_nonce
-from .workspace import agent_workspace, pristine_copy
+from ai4ai import agents as agent_kinds
+from ai4ai.grading import anchors
+from ai4ai.core import hostspeed, record, result as results
+from ai4ai.agents.base import COST_KEYS, AgentContext, AgentOutcome
+from ai4ai.agents.cli import AgentSetupError
+from ai4ai.agents.patch import resolve as resolve_patch
+from ai4ai.core.console import say
+from ai4ai.grading.context import NETWORK_MODES, RunContext, UsageError, context
+from ai4ai.grading.seeds import grade_seeds
+from ai4ai.window.instructions import render
+from ai4ai.grading.plan import plan_lines
+from ai4ai.core.layout import RunDir, read_json, write_json
+from ai4ai.repo.models import provenance_record
+from ai4ai.core.provenance import UNVERSIONED, tree_sha256, versions
+from ai4ai.window.proxy import ProxyServer, choose_submission, client_bin, write_submission_record
+from ai4ai.sandbox.box import agent_sandbox
+from ai4ai.core.scoring import Scored, score_seeds
+from ai4ai.repo.patches import PatchFormatError, parse_patch
+from ai4ai.repo.submission import Submission, from_patch, from_workspace
+from ai4ai.core.trajectory import EMPTY_SUMMARY, summary as trajectory_summary
+from ai4ai.grading.training import run_nonce
+from ai4ai.repo.workspace import agent_workspace, pristine_copy
 
 SUBMISSION_POLICIES = ("final", "marked", "best_proxy")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from . import CONF_DIR
-from .reporting import report
+from ai4ai import CONF_DIR
+from ai4ai.analysis.reporting import report
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="report")

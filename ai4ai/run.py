@@ -5,9 +5,9 @@
 import hydra
 from omegaconf import DictConfig
 
-from . import CONF_DIR
-from .entry import hydra_run_dir
-from .pipeline import run
+from ai4ai import CONF_DIR
+from ai4ai.entry import hydra_run_dir
+from ai4ai.pipeline import run
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from ai4ai.task import load_task  # noqa: E402
+from ai4ai.core.task import load_task  # noqa: E402
 
 # per task: (sequences in a forward with gradients, sequence length constant in config.py,
 #            sequences in forwards without gradients), from each train.py's batch at `full`

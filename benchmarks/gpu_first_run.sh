@@ -89,7 +89,7 @@ step full_step_time 90 python benchmarks/full_step_time.py --device cuda --out "
 # 5. a reduced-budget `full` calibration of the optimizer task, end to end on the GPU: prepare
 #    (the grader's full split into the cache), then calibrate: train under the wall-clock cap in the
 #    sandbox, select, evaluate, store anchors. AI4AI_SHRINK=cpu gives full its shrunk sizes (the same
-#    code paths, seconds a seed; see ai4ai/preparing.py). It runs in a throwaway copy of the tree,
+#    code paths, seconds a seed; see ai4ai/repo/preparing.py). It runs in a throwaway copy of the tree,
 #    so the anchors it stores (of a shrunk run) never land in this checkout's grader_hidden/.
 COPY="$OUT_DIR/tree"
 mkdir -p "$COPY"

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ai4ai.sandbox import KERNELS_DIR, Mount, Sandbox, bwrap_available  # noqa: E402
+from ai4ai.sandbox.box import KERNELS_DIR, Mount, Sandbox, bwrap_available  # noqa: E402
 
 PROBE = r"""
 import json, os, sys

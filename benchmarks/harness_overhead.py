@@ -19,10 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ai4ai import anchors as anchor_store  # noqa: E402
-from ai4ai.context import Key  # noqa: E402
-from ai4ai.provenance import device_class, task_version, torch_minor  # noqa: E402
-from ai4ai.task import load_task  # noqa: E402
+from ai4ai.grading import anchors as anchor_store  # noqa: E402
+from ai4ai.grading.context import Key  # noqa: E402
+from ai4ai.core.provenance import device_class, task_version, torch_minor  # noqa: E402
+from ai4ai.core.task import load_task  # noqa: E402
 
 DIRECT_EVAL = """
 import sys, json, math
@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 from model import build_model
-from ai4ai.hidden import load_grader
+from ai4ai.core.hidden import load_grader
 torch.set_num_threads({threads})
 g = load_grader('optimizer', Path({grader!r}))
 sel, test = g.split('selection'), g.split('test')

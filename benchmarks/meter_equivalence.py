@@ -5,7 +5,7 @@ does the meter cost?
 
 For each task with a `meter:` block, the shipped train.py runs twice on the same seed, outside any
 sandbox: once on a full copy of the repo with the budget counted in-process (no AI4AI_METER), once
-on a copy without the held files, its budget served by a real meter server (ai4ai.meter.serving,
+on a copy without the held files, its budget served by a real meter server (ai4ai.repo.meter.serving,
 the function grading uses). It prints whether every checkpoint's tensors are identical, both wall
 times and their ratio side by side, and the meter's calls. Identical weights are the evidence that
 lets anchor records move to the metered task versions without recalibrating.
@@ -27,9 +27,9 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ai4ai.meter import read_report, remove_held, serving  # noqa: E402
-from ai4ai.provenance import python_executable  # noqa: E402
-from ai4ai.task import list_tasks, load_task  # noqa: E402
+from ai4ai.repo.meter import read_report, remove_held, serving  # noqa: E402
+from ai4ai.core.provenance import python_executable  # noqa: E402
+from ai4ai.core.task import list_tasks, load_task  # noqa: E402
 
 
 def digests(out: Path) -> dict[str, str]:

@@ -5,7 +5,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.sandbox import bwrap_available
+from ai4ai.sandbox.box import bwrap_available
 
 CONF = str(PROJECT_ROOT / "conf")
 
@@ -41,7 +41,7 @@ needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is no
 
 @pytest.fixture
 def optimizer_task():
-    from ai4ai.task import load_task
+    from ai4ai.core.task import load_task
     return load_task("optimizer")
 
 
@@ -75,7 +75,7 @@ def graded_context(compose_cfg, tmp_path: Path, task: str, scale: str):
     """A real grading context whose task reads its anchors from a copy of its grader folder in
     tmp_path (so a test may rewrite the records)."""
     from dataclasses import replace
-    from ai4ai.context import context
+    from ai4ai.grading.context import context
     ctx = context(compose_cfg("grade", [f"task={task}", f"scale={scale}"]), tmp_path / "run")
     grader = tmp_path / "grader"
     shutil.copytree(ctx.task.grader, grader, ignore=shutil.ignore_patterns("__pycache__", "calibration"))

@@ -13,10 +13,10 @@ import pytest
 from ai4ai import pipeline
 from ai4ai.agents.base import AgentContext
 from ai4ai.agents.cli import DUMMY_KEY, Wiring, run_cli
-from ai4ai.proxy import choose_submission
-from ai4ai.trajectory import summary as trajectory_summary
-from ai4ai.sandbox import KERNELS_DIR, Mount, Sandbox, bwrap_available
-from ai4ai.submission import Submission
+from ai4ai.window.proxy import choose_submission
+from ai4ai.core.trajectory import summary as trajectory_summary
+from ai4ai.sandbox.box import KERNELS_DIR, Mount, Sandbox, bwrap_available
+from ai4ai.repo.submission import Submission
 
 KEY = "sk-test-NEVER-IN-RUN-DIR-9f3a"
 
@@ -63,7 +63,7 @@ def test_submission_policies():
 
 
 def test_best_proxy_ranks_raw_metrics_where_a_task_has_no_validation_anchors():
-    from ai4ai.trajectory import rank
+    from ai4ai.core.trajectory import rank
     assert rank(0.3, 0.9, "max") == 0.3                 # a score, when there is one
     assert rank(None, None, "max") is None              # a call that produced nothing
     assert rank(None, 0.81, "max") == 0.81              # reward_model: accuracy, higher is better
@@ -148,7 +148,7 @@ def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(t
     ws, home = tmp_path / "ws", tmp_path / "run" / "agent_home"
     ws.mkdir()
     (home / "tmp").mkdir(parents=True)
-    from ai4ai.proxy import client_bin
+    from ai4ai.window.proxy import client_bin
     sb = Sandbox(backend="bwrap", mounts=[Mount("/workspace", ws, True), Mount("/home/agent", home, True),
                                           Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False),
                                           Mount("/opt/ai4ai/bin", client_bin(tmp_path), False),
@@ -198,8 +198,8 @@ def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(t
 def test_the_agent_is_told_where_its_proxy_has_no_scale():
     """A task graded on a fresh instance (data.grading) answers proxy calls with a raw metric only; its
     instructions say so and why, and a task with validation anchors' do not."""
-    from ai4ai.instructions import render
-    from ai4ai.task import load_task
+    from ai4ai.window.instructions import render
+    from ai4ai.core.task import load_task
     for name, fresh in (("optimizer", True), ("reward_model", True), ("sft", True), ("pruning", False)):
         text = render(load_task(name), "ci", 120, started=1_800_000_000)
         assert ("graded on a fresh instance of its source" in text) is fresh, name
@@ -208,9 +208,9 @@ def test_the_agent_is_told_where_its_proxy_has_no_scale():
 
 def test_the_agent_knows_its_time(tmp_path, monkeypatch):
     import subprocess
-    from ai4ai.instructions import render
-    from ai4ai.proxy import client_bin
-    from ai4ai.task import load_task
+    from ai4ai.window.instructions import render
+    from ai4ai.window.proxy import client_bin
+    from ai4ai.core.task import load_task
     text = render(load_task("optimizer"), "ci", 120, started=1_800_000_000)
     assert "120 seconds" in text and "Unix time 1800000120" in text and "ai4ai-time" in text
     exe = client_bin(tmp_path) / "ai4ai-time"

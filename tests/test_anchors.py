@@ -2,7 +2,7 @@
 for one task may finish at the same moment, and none of their records may be lost."""
 import multiprocessing
 
-from ai4ai import anchors
+from ai4ai.grading import anchors
 
 WRITERS, ROUNDS = 4, 15
 
@@ -48,7 +48,7 @@ def test_another_class_record_of_the_same_cpu_model_comes_first(tmp_path):
     """With no record of this host's class (model, instruction set, threads), the one of the same
     CPU model (another instruction set, or a label from before it was part of the class) is used
     at ci/smoke, not another model's, wherever the files list them."""
-    from ai4ai.context import Key
+    from ai4ai.grading.context import Key
     base = {"task": "optimizer", "scale": "smoke", "task_version": "v1", "torch": "2.13"}
     for cls, baseline in (("cpu:AMD EPYC:1", 0.61), ("cpu:Intel(R) Xeon(R) Processor:1", 0.62), ("cpu:Zeta:1", 0.63)):
         anchors.store(tmp_path, {"key": {**base, "device_class": cls}, "anchors": {"no_info": 0.0, "baseline": baseline, "best": 1.0},

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from ai4ai import PROJECT_ROOT, auditing as audit
+from ai4ai import PROJECT_ROOT
 
 
+
+from ai4ai.analysis import auditing as audit
 @pytest.fixture
 def ci_run(baseline_ci_run):
     """The session's real baseline run at ci (tests/conftest.py), shared with test_end_to_end."""
@@ -66,7 +68,7 @@ def test_changed_patch_and_libraries_are_drift(ci_run, tmp_path, monkeypatch):
     run_dir, _ = ci_run
     copy = _copy_run(run_dir, tmp_path / "copy")
     (copy / "submission.patch").write_text("--- a/optim.py\n+++ b/optim.py\n")
-    from ai4ai import provenance
+    from ai4ai.core import provenance
     real = provenance.versions
     monkeypatch.setattr(audit, "versions", lambda: {**real(), "numpy": "0.0.1"})
     rep = audit.audit_run(copy, regrade=False)
@@ -90,7 +92,7 @@ def test_noise_tolerance_follows_the_anchors():
 def test_database_audit_prints_a_table(ci_run, tmp_path):
     """results=DB without re-grading: one row per run, a missing run directory is flagged."""
     run_dir, result = ci_run
-    from ai4ai import record
+    from ai4ai.core import record
     db = tmp_path / "results.sqlite"
     copy = _copy_run(run_dir, tmp_path / "copy")
     record.insert(db, result, copy)

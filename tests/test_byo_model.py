@@ -4,7 +4,7 @@ loading code, and the folder errors that must stop a run before anything starts.
 The graded runs (slow) compose a real `grade` config with task.model_path, calibrate the anchors of
 that model at ci (prepare, 5 calibration seeds of the shipped algorithm, the 0 and 1.0 anchors) and
 grade the shipped algorithm on the grader seed, exactly as `python -m ai4ai.grade` does (context.task_from_cfg
-calls ai4ai.models.with_model; `hooked` shrinks the task first).
+calls ai4ai.repo.models.with_model; `hooked` shrinks the task first).
 """
 from __future__ import annotations
 
@@ -16,16 +16,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ai4ai import PROJECT_ROOT, auditing, context, models, pipeline
+from ai4ai import PROJECT_ROOT, pipeline
+
+from ai4ai.analysis import auditing
+
+from ai4ai.grading import context
+
+from ai4ai.repo import models
 from ai4ai.list import own_model_lines
-from ai4ai.provenance import model_sha256, task_version
-from ai4ai.task import load_task
+from ai4ai.core.provenance import model_sha256, task_version
+from ai4ai.core.task import load_task
 
 from .own_models import save_model
 
 DONE = ["sft", "dpo", "reward_model", "distillation", "pruning", "unlearning"]
 # unlearning's 2,157 symbols need a vocabulary of more than the tiny models' 320 tokens: its runs use
-# the same architectures with 2,400 (ai4ai.models: a token of its own for each symbol)
+# the same architectures with 2,400 (ai4ai.repo.models: a token of its own for each symbol)
 BIG_VOCAB = {"unlearning": 2400}
 # Hidden split sizes of the graded runs here (the CPU cost of a run is mostly its greedy evaluations)
 SHRUNK = {"selection": 128, "test": 512, "validation": 128}
@@ -310,7 +316,7 @@ def test_audit_refuses_a_model_that_is_gone_or_changed(case, saved, tmp_path, ca
 
 def test_audit_command_and_database_rows_for_a_gone_model(saved, tmp_path, monkeypatch):
     import subprocess
-    from ai4ai.reporting import Run
+    from ai4ai.analysis.reporting import Run
     copy = tmp_path / "models" / "llama"
     shutil.copytree(saved["llama"], copy)
     run = _recorded_run(tmp_path, copy)
@@ -369,7 +375,7 @@ def test_the_repos_own_prepared_model_is_not_asked_for_on_yours(task_name, keeps
     """At full, `python -m ai4ai.prepare task.model_path=PATH` runs the repo's artifacts step only where its
     output is still used beside your model (distillation's teacher): for the others it would make the very
     model yours replaces, which training on yours never loads."""
-    from ai4ai.preparing import needs_artifacts
+    from ai4ai.repo.preparing import needs_artifacts
     task = load_task(task_name)
     assert needs_artifacts(task, "full")
     repo = tmp_path / f"{task_name}-derived" / "repo"
@@ -385,7 +391,7 @@ def test_the_repos_own_prepared_model_is_not_asked_for_on_yours(task_name, keeps
     # a graded run on your model is still served the graded instance's prepared model where it is used
     # beside yours (distillation's teacher: committed at ci, made at full); elsewhere yours replaces
     # it, so nothing is made or handed over
-    from ai4ai import preparing
+    from ai4ai.repo import preparing
     served = keeps and bool(task.grading_artifacts)
     made = []
     monkeypatch.setattr(preparing, "_build_cached", lambda dest, what, make: made.append(what) or dest)

@@ -1,8 +1,8 @@
 """The patch classifier on hand-made patches of each class and on the shipped examples."""
 import pytest
 
-from ai4ai.classify import classify_files, classify_patch
-from ai4ai.submission import unified_diff
+from ai4ai.analysis.classify import classify_files, classify_patch
+from ai4ai.repo.submission import unified_diff
 
 from .conftest import example
 
@@ -126,7 +126,7 @@ FLCE = ("loss = fused_linear_cross_entropy(model.transformer(input_ids=batch).la
 
 
 def _task(name):
-    from ai4ai.task import load_task
+    from ai4ai.core.task import load_task
     return load_task(name)
 
 

@@ -4,7 +4,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from ai4ai import CONF_DIR, PROJECT_ROOT, pipeline
-from ai4ai.context import NETWORK_MODES
+from ai4ai.grading.context import NETWORK_MODES
 
 TOP = ("config", "grade", "calibrate", "check_task", "audit", "report")
 AGENTS = sorted(p.stem for p in (PROJECT_ROOT / "conf" / "agent").glob("*.yaml"))

@@ -4,8 +4,8 @@ is completed by measuring the shipped algorithm here (anchors.needs_cpu_here / m
 import pytest
 import yaml
 
-from ai4ai import anchors
-from ai4ai.scoring import phi
+from ai4ai.grading import anchors
+from ai4ai.core.scoring import phi
 
 from .conftest import graded_context, needs_bwrap
 
@@ -124,7 +124,7 @@ def test_the_dry_run_says_the_cap_will_be_measured_here(compose_cfg, tmp_path, c
 def test_a_deterministic_task_reproduces_within_float_noise(compose_cfg, tmp_path, monkeypatch):
     """pruning's seeds all give one value (seed std 0): float noise of 1e-10 must not count as a
     different machine. The training's outcome is set here; the decision is what is tested."""
-    from ai4ai.grading import SeedResult
+    from ai4ai.grading.seeds import SeedResult
     ctx = _ctx(compose_cfg, tmp_path, "dpo", "ci")
     theirs = _move_records(ctx, OTHER.format(threads=ctx.threads), lambda r: {**r, "phi_std": 0.0})
     rec = anchors.find(ctx.task.grader, ctx.key)
@@ -158,7 +158,7 @@ def test_verify_retrains_a_seed_and_flags_a_record_that_does_not_describe_the_co
 
 def test_a_calibration_does_not_retrain_the_seeds_it_is_given(compose_cfg, tmp_path, monkeypatch):
     """measure_cpu's seed, trained under the same context, is one of the calibration's five."""
-    from ai4ai.grading import SeedResult
+    from ai4ai.grading.seeds import SeedResult
     ctx = _ctx(compose_cfg, tmp_path, "dpo", "ci")
     asked = []
 

@@ -49,7 +49,7 @@ def test_the_cache_goes_under_the_installed_transformers_name():
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from ai4ai.models import cache_kwarg
+    from ai4ai.repo.models import cache_kwarg
 
     name = cache_kwarg()
     torch.manual_seed(0)

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from ai4ai import pipeline
-from ai4ai.record import connect
-from ai4ai.result import FIELDS as REQUIRED_FIELDS, validate
+from ai4ai.core.record import connect
+from ai4ai.core.result import FIELDS as REQUIRED_FIELDS, validate
 
 from .conftest import example
 
@@ -16,7 +16,7 @@ CI = ["task=optimizer", "scale=ci"]
 def _patch_lr_at(tmp_path: Path, name: str, body: str) -> Path:
     """A patch that puts `body` at the top of optim.lr_at (built with the harness's own differ)."""
     from ai4ai import PROJECT_ROOT
-    from ai4ai.submission import unified_diff
+    from ai4ai.repo.submission import unified_diff
     old = (PROJECT_ROOT / "repos_frozen" / "optimizer" / "optim.py").read_text()
     anchor = '    """Learning rate for optimizer step `step` (0-based) of `total_steps`."""\n'
     assert anchor in old
@@ -88,7 +88,7 @@ def test_dry_run_prints_the_plan_and_exits(compose_cfg, tmp_path, capsys):
 def test_harness_error_is_retried_and_resumes_at_grading(compose_cfg, tmp_path, monkeypatch):
     """An `error` (the harness's fault) is not scored; the rerun grades the same submission, no new agent
     phase. The submission is an example patch (Muon), which then scores above 0.1."""
-    import ai4ai.grading as grade_mod
+    import ai4ai.grading.seeds as grade_mod
     real = grade_mod.run_worker
 
     def broken(*a, **k):

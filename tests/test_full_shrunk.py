@@ -2,9 +2,9 @@
 
 Per task, in a copy of the project (so the shrunk prepared models, anchors and caches never touch
 the real tree), through the real commands' functions:
-  prepare      ai4ai.preparing: the grader's prepare function into the cache (checksummed), the repo's
+  prepare      ai4ai.repo.preparing: the grader's prepare function into the cache (checksummed), the repo's
                own prepare step for the prepared models; a second prepare reuses both
-  plan         ai4ai.plan: the dry-run lines see the cache and the artifacts
+  plan         ai4ai.grading.plan: the dry-run lines see the cache and the artifacts
   calibrate    triggered by the grading: the shipped algorithm on the 5 calibration seeds, at full
   grade        a submission that keeps running after its last checkpoint, so the wall-clock cap
                (cap_factor x the calibrated shipped time) is what ends it, as at full on a GPU; its
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.task import list_tasks
+from ai4ai.core.task import list_tasks
 
 # Slow: the hidden splits are not shrunk, so each evaluation costs what it costs at smoke. Seen here
 # (2 cores, load average ~12): optimizer's 5 calibration seeds took 15 s of training and ~3 min of
@@ -35,10 +35,11 @@ DRIVER = r'''
 import json, sys
 from pathlib import Path
 from hydra import compose, initialize_config_dir
-from ai4ai import CONF_DIR, pipeline, preparing as p
-from ai4ai.context import task_from_cfg
-from ai4ai.plan import plan_lines
-from ai4ai.submission import unified_diff
+from ai4ai import CONF_DIR, pipeline
+from ai4ai.repo import preparing as p
+from ai4ai.grading.context import task_from_cfg
+from ai4ai.grading.plan import plan_lines
+from ai4ai.repo.submission import unified_diff
 
 name, out = sys.argv[1], Path(sys.argv[2])
 over = [f"task={name}", "scale=full", "device=cpu", "progress=false", f"outputs={out}"]
@@ -84,7 +85,7 @@ def test_full_code_paths_run_on_the_cpu(project, name, tmp_path):
     tail = (r.stdout + r.stderr)[-4000:]
     assert r.returncode == 0, tail
     out = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[7:])
-    from ai4ai.task import load_task
+    from ai4ai.core.task import load_task
     task = load_task(name)
 
     # prepare: the cache holds what the task declares, the artifacts check out, a rerun reuses them

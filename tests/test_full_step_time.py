@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ai4ai.task import load_task
+from ai4ai.core.task import load_task
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "full_step_time.py"

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from ai4ai.gateway import Gateway, Upstream, normalize_usage, price_for
+from ai4ai.window.gateway import Gateway, Upstream, normalize_usage, price_for
 
 KEY = "sk-test-REAL-KEY-held-by-the-gateway-77c1"
 PRICES = {"default": {"input": 3.0, "cached_input": 0.3, "cache_write": 3.75, "output": 15.0},

@@ -1,9 +1,12 @@
-"""The package reads as its data flow: every module imports only modules below it.
+"""The package reads as its data flow: folders are layers, and every module imports only below it.
 
-LAYERS lists ai4ai's modules bottom-up, in data-flow order (docs/architecture.md says the same
-in prose). A module may import only modules listed before it, `if TYPE_CHECKING:` imports included
-(a type-only import still ties the two modules in a circle); imports inside functions are not
-allowed (they exist to dodge a cycle); and no module imports a command. A new module has to be placed here, which is the point.
+FOLDERS lists ai4ai's layers bottom-up, each a folder of ai4ai/ with its modules in order
+(docs/architecture.md says the same in prose). A module may import a module of a lower folder, or
+one listed before it in its own folder; `if TYPE_CHECKING:` imports count (a type-only import still
+ties two modules in a circle); imports inside functions are not allowed (they exist to dodge a
+cycle); and no module imports a command. The top folder, `ai4ai` itself, holds `pipeline` (the run's
+steps) and the commands (`python -m ai4ai.X`): argument mapping only, imported by nothing. A new
+module has to be placed here, which is the point.
 """
 import ast
 from pathlib import Path
@@ -12,26 +15,40 @@ from ai4ai import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "ai4ai"
 
-LAYERS = [
-    # leaves: no ai4ai imports, or only each other
-    "ai4ai", "ai4ai.console", "ai4ai.layout", "ai4ai.hidden", "ai4ai.package_data", "ai4ai.gateway",
-    "ai4ai.launcher", "ai4ai.proxy_client", "ai4ai.meter_wire", "ai4ai.trajectory", "ai4ai.hostspeed",
-    # the task and the things it is made of
-    "ai4ai.task", "ai4ai.scoring", "ai4ai.provenance", "ai4ai.sandbox", "ai4ai.workspace", "ai4ai.models", "ai4ai.preparing", "ai4ai.meter", "ai4ai.plan",
-    "ai4ai.patches", "ai4ai.submission",
-    "ai4ai.evaluation", "ai4ai.record", "ai4ai.result", "ai4ai.instructions", "ai4ai.classify",
-    # agents
-    "ai4ai.agents.base", "ai4ai.agents", "ai4ai.agents.cli", "ai4ai.agents.baseline", "ai4ai.agents.command",
-    "ai4ai.agents.patch", "ai4ai.agents.claude", "ai4ai.agents.codex",
-    # a run: context -> train one seed -> grade seeds -> anchors (calibrate) -> proxy -> pipeline
-    "ai4ai.context", "ai4ai.training", "ai4ai.grading", "ai4ai.anchors", "ai4ai.proxy",
-    "ai4ai.task_checks", "ai4ai.tuning", "ai4ai.reporting", "ai4ai.auditing", "ai4ai.pipeline",
-    # commands: argument mapping only; nothing imports them
-    "ai4ai.entry", "ai4ai.run", "ai4ai.grade", "ai4ai.calibrate", "ai4ai.check_task", "ai4ai.audit",
-    "ai4ai.report", "ai4ai.list", "ai4ai.prepare",
+FOLDERS = [
+    # the package's own constants: PROJECT_ROOT, CONF_DIR, SCHEMA
+    ("", ["__init__"]),
+    # the types and files of a run: no harness logic; leaves, or only each other
+    ("core", ["__init__", "console", "layout", "hidden", "trajectory", "task", "scoring", "result", "record",
+              "provenance", "hostspeed"]),
+    # the sandbox and what is copied into it (launcher, proxy_client, meter_wire: no ai4ai imports)
+    ("sandbox", ["__init__", "launcher", "proxy_client", "meter_wire", "package_data", "box"]),
+    # the frozen repo and the agent's submission against it
+    ("repo", ["__init__", "workspace", "models", "preparing", "meter", "patches", "submission"]),
+    # grading one submission: context -> train a seed -> evaluate -> grade seeds -> anchors
+    ("grading", ["__init__", "plan", "context", "evaluation", "training", "seeds", "anchors"]),
+    # the agent's window: what it reads, the API gateway its CLI talks to, the proxy it calls
+    ("window", ["__init__", "instructions", "gateway", "proxy"]),
+    # agent kinds (found by module name), on what they share
+    ("agents", ["base", "__init__", "cli", "baseline", "command", "patch", "claude", "codex"]),
+    # reading runs and tasks: classification, reports, audits, task checks and tuning
+    ("analysis", ["__init__", "classify", "reporting", "auditing", "task_checks", "tuning"]),
+    # the run's steps, then the commands
+    ("", ["pipeline", "entry", "run", "grade", "calibrate", "check_task", "audit", "report", "list", "prepare"]),
 ]
-COMMANDS = {"ai4ai.run", "ai4ai.grade", "ai4ai.calibrate", "ai4ai.check_task", "ai4ai.audit", "ai4ai.report",
-            "ai4ai.list", "ai4ai.prepare"}
+COMMANDS = {f"ai4ai.{m}" for m in ("run", "grade", "calibrate", "check_task", "audit", "report", "list", "prepare")}
+
+
+def _name(folder: str, mod: str) -> str:
+    parts = ["ai4ai"] + ([folder] if folder else []) + ([] if mod == "__init__" else [mod])
+    return ".".join(parts)
+
+
+LAYERS = [_name(f, m) for f, mods in FOLDERS for m in mods]
+FOLDER_RANK = {}
+for _i, (_f, _mods) in enumerate(FOLDERS):
+    for _m in _mods:
+        FOLDER_RANK[_name(_f, _m)] = _i
 
 
 def _modules() -> dict[str, Path]:
@@ -75,33 +92,67 @@ def _imports(mod: str, path: Path, known) -> tuple[list, list]:
 
 
 def test_every_module_is_placed_in_a_layer():
-    missing = sorted(set(_modules()) - set(LAYERS))
-    assert not missing, f"place these modules in LAYERS (tests/test_layering.py) and docs/architecture.md: {missing}"
+    mods = set(_modules())
+    missing = sorted(mods - set(LAYERS))
+    assert not missing, f"place these modules in FOLDERS (tests/test_layering.py) and docs/architecture.md: {missing}"
+    stale = sorted(set(LAYERS) - mods)
+    assert not stale, f"FOLDERS lists modules that do not exist: {stale}"
 
 
-def test_modules_import_only_modules_below_them():
-    mods = _modules()
-    rank = {m: i for i, m in enumerate(LAYERS)}
+def _violations(mods: dict, rank: dict) -> list[str]:
     bad = []
     for m, path in mods.items():
         top, inner = _imports(m, path, mods)
         bad += [f"{m} imports {t} inside a function (line {ln})" for t, ln in inner]
-        bad += [f"{m} imports {t}, which is not below it (line {ln})" for t, ln in top
-                if t != "ai4ai" and rank.get(t, -1) >= rank.get(m, len(LAYERS))]
+        for t, ln in top:
+            if t == "ai4ai" or rank.get(t, -1) < rank.get(m, len(rank)):
+                continue
+            where = ("a higher folder" if FOLDER_RANK.get(t, -1) > FOLDER_RANK.get(m, -1)
+                     else "its own folder, listed after it")
+            bad.append(f"{m} imports {t}, which is not below it: {where} (line {ln})")
         bad += [f"{m} imports the command {t} (line {ln})" for t, ln in top + inner if t in COMMANDS]
+    return bad
+
+
+def test_modules_import_only_modules_below_them():
+    rank = {m: i for i, m in enumerate(LAYERS)}
+    assert len(rank) == len(LAYERS), "a module is listed twice in FOLDERS"
+    bad = _violations(_modules(), rank)
     assert not bad, "\n".join(bad)
 
 
+def test_folders_are_contiguous_layers():
+    """A folder is one band of the order: its modules are listed together, never split by another folder's."""
+    seen, last = set(), None
+    for f, _mods in FOLDERS:
+        assert f == last or f not in seen or f == "", f"folder {f!r} appears twice in FOLDERS"
+        seen.add(f)
+        last = f
+    for f, mods in FOLDERS:
+        for m in mods:
+            path = PACKAGE / f / f"{m}.py"
+            assert path.exists(), f"{_name(f, m)} is listed in folder {f or 'ai4ai'!r} but {path} does not exist"
+
+
 def test_the_checker_sees_a_cycle(tmp_path):
-    """The check can fail: a module importing one above it, and one importing inside a function."""
+    """The check can fail: an import of a higher folder, of a later module of the same folder, and one
+    inside a function."""
     pkg = tmp_path / "ai4ai"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "console.py").write_text("from .pipeline import run\n")
-    (pkg / "pipeline.py").write_text("def f():\n    from .console import say\n")
-    known = {"ai4ai", "ai4ai.console", "ai4ai.pipeline"}
-    top, _ = _imports("ai4ai.console", pkg / "console.py", known)
-    _, inner = _imports("ai4ai.pipeline", pkg / "pipeline.py", known)
-    assert top == [("ai4ai.pipeline", 1)] and inner == [("ai4ai.console", 2)]
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "grading").mkdir()
+    for d in (pkg, pkg / "core", pkg / "grading"):
+        (d / "__init__.py").write_text("")
+    (pkg / "core" / "console.py").write_text("from ..grading.seeds import grade_seeds\n")
+    (pkg / "core" / "layout.py").write_text("from ai4ai.core import task\n")
+    (pkg / "core" / "task.py").write_text("")
+    (pkg / "grading" / "seeds.py").write_text("def f():\n    from ai4ai.core.console import say\n")
+    mods = {"ai4ai": pkg / "__init__.py", "ai4ai.core": pkg / "core" / "__init__.py",
+            "ai4ai.grading": pkg / "grading" / "__init__.py", "ai4ai.core.console": pkg / "core" / "console.py",
+            "ai4ai.core.layout": pkg / "core" / "layout.py", "ai4ai.core.task": pkg / "core" / "task.py",
+            "ai4ai.grading.seeds": pkg / "grading" / "seeds.py"}
     rank = {m: i for i, m in enumerate(LAYERS)}
-    assert rank["ai4ai.pipeline"] > rank["ai4ai.console"]
+    bad = _violations(mods, rank)
+    assert any("ai4ai.core.console imports ai4ai.grading.seeds" in b and "higher folder" in b for b in bad), bad
+    assert any("ai4ai.core.layout imports ai4ai.core.task" in b and "own folder" in b for b in bad), bad
+    assert any("ai4ai.grading.seeds imports ai4ai.core.console inside a function" in b for b in bad), bad
+    assert len(bad) == 3, bad

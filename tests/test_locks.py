@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-import ai4ai.training as grade
+import ai4ai.grading.training as grade
 
 
 def _holder(device, threads, hold_s, log, name):
@@ -128,7 +128,7 @@ def _three_at_once(target, dest, log) -> list:
 
 def _build_shared_cache(dest, log):
     """One process of several that need the same cache folder at once (a multirun's gradings)."""
-    from ai4ai import preparing
+    from ai4ai.repo import preparing
 
     def write(folder):
         with open(log, "a") as f:

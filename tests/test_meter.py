@@ -1,4 +1,4 @@
-"""The meter's wire and server (ai4ai/meter_wire.py), against a real server process and a toy repo."""
+"""The meter's wire and server (ai4ai/sandbox/meter_wire.py), against a real server process and a toy repo."""
 import json
 import os
 import socket
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from ai4ai import meter_wire
-from ai4ai.meter import held_files, read_report, remove_held, serving
-from ai4ai.task import TaskError, load_task, parse_meter
+from ai4ai.sandbox import meter_wire
+from ai4ai.repo.meter import held_files, read_report, remove_held, serving
+from ai4ai.core.task import TaskError, load_task, parse_meter
 
 TOY = '''
 import dataclasses
@@ -268,7 +268,7 @@ def test_a_meter_that_cannot_start_is_the_machines_fault(tmp_path):
     import shutil
     from types import SimpleNamespace
 
-    from ai4ai.training import EnvironmentFault, _meter
+    from ai4ai.grading.training import EnvironmentFault, _meter
     task = load_task("optimizer")
     repo = tmp_path / "repo"
     shutil.copytree(task.repo, repo)
@@ -288,9 +288,9 @@ def test_a_graded_teacher_goes_to_the_meters_copy_only(tmp_path, monkeypatch):
     import hashlib
     import shutil
 
-    from ai4ai.preparing import read_sums, write_sums
-    from ai4ai.submission import Submission
-    from ai4ai.training import build_meter_copy, build_training_copy, meter_needs_graded
+    from ai4ai.repo.preparing import read_sums, write_sums
+    from ai4ai.repo.submission import Submission
+    from ai4ai.grading.training import build_meter_copy, build_training_copy, meter_needs_graded
     task = load_task("distillation")
     graded = tmp_path / "graded"
     (graded / "artifacts").mkdir(parents=True)

@@ -1,5 +1,5 @@
 """The full tier's declared costs (conf/task/<task>.yaml, full: estimate, peak_gpu_gib) and the dry-run
-lines built from them (ai4ai.plan), for every task: the estimate agrees with the repo's config.py and
+lines built from them (ai4ai.grading.plan), for every task: the estimate agrees with the repo's config.py and
 train.py, its README shows the same figures, and the prepare lines follow the cache's real state."""
 import ast
 import importlib.util
@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from ai4ai import preparing as prep
-from ai4ai.plan import calibration_cut, calibration_estimate_s, gpu_hours, plan_lines, prepare_lines
-from ai4ai.task import TaskError, list_tasks, load_task, parse_task
+from ai4ai.repo import preparing as prep
+from ai4ai.grading.plan import calibration_cut, calibration_estimate_s, gpu_hours, plan_lines, prepare_lines
+from ai4ai.core.task import TaskError, list_tasks, load_task, parse_task
 
 TASKS = list_tasks()
 
@@ -101,7 +101,7 @@ def test_a_measured_step_replaces_the_estimate_in_planning(tmp_path, monkeypatch
     """The optimizer's full step was measured on an H200 at 3 x its estimate: the dry run and the GPU-hours
     use the measurement (and say so), the declared estimate stays as the repo's README states it; a
     measured block without its `how`, or with a step that is not positive, is refused by name."""
-    from ai4ai import task as task_mod
+    from ai4ai.core import task as task_mod
     t = load_task("optimizer")
     e = t.scale("full").estimate
     assert e.measured_step_ms is not None and e.measured_step_ms > 2 * e.step_ms
@@ -219,7 +219,7 @@ def test_prepared_artifacts_are_made_readable_by_the_sandbox_user(tmp_path):
 
 def _raw(name):
     import yaml
-    from ai4ai.task import TASK_DIR
+    from ai4ai.core.task import TASK_DIR
     return yaml.safe_load((TASK_DIR / f"{name}.yaml").read_text())
 
 
@@ -249,7 +249,7 @@ def test_peak_memory_is_optional_and_numeric():
 
 
 def test_calibration_estimate_and_the_cut_check():
-    from ai4ai.grading import SeedResult
+    from ai4ai.grading.seeds import SeedResult
     task = load_task("sft")
     m = task.scale("full").estimate.expected_minutes            # sft: its step measured on an H200
     assert m > 90 and calibration_estimate_s(task, "full") == pytest.approx(5 * (m * 60 + 15))

@@ -4,8 +4,8 @@ import shutil
 
 import pytest
 
-from ai4ai import provenance
-from ai4ai.task import load_task
+from ai4ai.core import provenance
+from ai4ai.core.task import load_task
 
 
 @pytest.fixture

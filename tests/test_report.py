@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ai4ai import record
-from ai4ai.reporting import hierarchical_interval, load_runs, read_curve, report
+from ai4ai.core import record
+from ai4ai.analysis.reporting import hierarchical_interval, load_runs, read_curve, report
 
 from .conftest import example
 from .fixtures.results import fake_result
@@ -41,7 +41,7 @@ def _add(db: Path, root: Path, name: str, result: dict, patch: str | None = None
 def fixture_db(tmp_path):
     """Three agent configurations at ci on one device class, plus rows that must not mix in."""
     db, root = tmp_path / "results.sqlite", tmp_path / "runs"
-    def call(n, score, t):     # as ai4ai.trajectory.summary writes them
+    def call(n, score, t):     # as ai4ai.core.trajectory.summary writes them
         return {"call": n, "proxy_score": score, "proxy_metric": 9.0, "elapsed_s": t, "patch_sha256": "x"}
     traj = {"proxy_calls": 3, "first_valid_proxy": call(1, 0.12, 60), "best_proxy": call(2, 0.35, 180),
             "final_proxy": call(3, 0.30, 300), "regressed_after_best": True}
@@ -152,9 +152,9 @@ def test_trajectory_analysis_and_its_absence(fixture_db, tmp_path):
 
 
 def test_curve_reader_reads_what_the_proxy_writes_and_skips_junk(tmp_path):
-    """One writer and one reader of trajectory.jsonl (ai4ai.trajectory): the curve is the writer's
+    """One writer and one reader of trajectory.jsonl (ai4ai.core.trajectory): the curve is the writer's
     scored proxy calls; junk lines, other shapes and failed calls are skipped, not guessed at."""
-    from ai4ai.trajectory import PROXY, SUBMIT, Trajectory
+    from ai4ai.core.trajectory import PROXY, SUBMIT, Trajectory
     t = Trajectory(tmp_path / "trajectory.jsonl", started=1000.0)
     t.start()
     import time as _time
@@ -317,7 +317,7 @@ def test_many_graders_opening_a_fresh_database_at_once_all_get_in(tmp_path):
 def test_a_task_graded_on_a_fresh_instance_gets_a_raw_metric_curve(tmp_path):
     """Its proxy calls carry the raw validation metric and no score (the visible instance has no
     anchors), so the σ curve has nothing to draw; the report draws the raw metric per task instead."""
-    from ai4ai.reporting import plots
+    from ai4ai.analysis.reporting import plots
     db, root = tmp_path / "results.sqlite", tmp_path / "runs"
     result = fake_result(task="sft", agent="claude:opus:high", agent_config=CLAUDE, scores=[0.2], raws=[0.3])
     result["raw"].update(metric="exact_match", direction="max", transform="identity")

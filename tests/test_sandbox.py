@@ -7,7 +7,7 @@ import psutil
 import pytest
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.sandbox import KERNELS_DIR, Mount, Sandbox, bwrap_available
+from ai4ai.sandbox.box import KERNELS_DIR, Mount, Sandbox, bwrap_available
 
 from .conftest import needs_bwrap
 
@@ -136,7 +136,7 @@ def test_processes_left_after_a_normal_exit_are_ended(tmp_path, backend):
 
 
 def test_sandbox_refuses_to_mount_the_project_root(tmp_path):
-    from ai4ai.sandbox import SandboxError
+    from ai4ai.sandbox.box import SandboxError
     sb = Sandbox(backend="bwrap", mounts=[Mount("/workspace", PROJECT_ROOT, True)])
     with pytest.raises(SandboxError, match="project root"):
         sb.argv(["true"], "/workspace")

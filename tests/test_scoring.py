@@ -2,9 +2,9 @@ import math
 
 import pytest
 
-from ai4ai.grading import SeedResult
-from ai4ai.scoring import score_seeds
-from ai4ai.scoring import Anchors, bootstrap_interval, phi, sigma
+from ai4ai.grading.seeds import SeedResult
+from ai4ai.core.scoring import score_seeds
+from ai4ai.core.scoring import Anchors, bootstrap_interval, phi, sigma
 
 
 def test_sigma_max_direction_hits_the_three_anchors():
@@ -70,7 +70,7 @@ def test_bootstrap_interval_brackets_the_mean():
 
 def test_pooled_score_is_unbiased_at_the_shipped_algorithm():
     """Seeds spread evenly around the shipped phi: per-seed sigmas average above 0.1 (the kink), the pooled score does not."""
-    from ai4ai.scoring import pooled_sigma
+    from ai4ai.core.scoring import pooled_sigma
     a = Anchors(no_info=32.0, baseline=8.0, best=6.0)
     raws = [8.0 * math.exp(d) for d in (-0.02, 0.02, -0.01, 0.01)]
     per_seed = [sigma(r, a, "min", "neg_log") for r in raws]

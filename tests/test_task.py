@@ -4,9 +4,9 @@ import pytest
 import yaml
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.task_checks import Report, contract_checks
-from ai4ai.provenance import benchmark_version
-from ai4ai.task import TaskError, list_tasks, load_task, parse_task
+from ai4ai.analysis.task_checks import Report, contract_checks
+from ai4ai.core.provenance import benchmark_version
+from ai4ai.core.task import TaskError, list_tasks, load_task, parse_task
 
 RAW = yaml.safe_load((PROJECT_ROOT / "conf" / "task" / "optimizer.yaml").read_text())
 
@@ -90,7 +90,7 @@ def test_contract_checks_catch_a_corrupted_data_file(tmp_path, monkeypatch):
 
 
 def test_benchmark_version_ignores_anchor_records_but_not_the_grader(tmp_path, monkeypatch):
-    import ai4ai.provenance as prov
+    import ai4ai.core.provenance as prov
     v = benchmark_version()
     assert v == benchmark_version()
     fake_root = tmp_path / "root"
@@ -109,7 +109,7 @@ def test_task_version_ignores_other_tasks(tmp_path, monkeypatch):
     """Anchors are keyed by the task version: adding another task leaves it unchanged."""
     import shutil
     from dataclasses import replace
-    import ai4ai.provenance as prov
+    import ai4ai.core.provenance as prov
     fake_root = tmp_path / "root"
     for d in ("repos_frozen", "grader_hidden", "conf/task", "ai4ai_kernels"):
         shutil.copytree(PROJECT_ROOT / d, fake_root / d, ignore=shutil.ignore_patterns("__pycache__"))
@@ -130,7 +130,7 @@ def test_the_shipped_check_fails_a_correct_record_at_its_stated_rate():
     (0.27%) of the time, not the ~1.8% that counting only the grader seeds' share gives (5 vs 3 seeds)."""
     import numpy as np
 
-    from ai4ai.task_checks import shipped_tolerance
+    from ai4ai.analysis.task_checks import shipped_tolerance
     rng = np.random.default_rng(0)
     draws = 400_000
     for n_graded, n_cal in ((3, 5), (3, 10), (1, 5)):

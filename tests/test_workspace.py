@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ai4ai.workspace import copy_repo
+from ai4ai.repo.workspace import copy_repo
 
 
 def test_a_file_written_0600_is_readable_in_the_copy(tmp_path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import AgentContext, AgentOutcome  # noqa: F401
+from ai4ai.agents.base import AgentContext, AgentOutcome  # noqa: F401
 
 
 def kinds() -> list[str]:

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..sandbox import Sandbox
+from ai4ai.sandbox.box import Sandbox
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,6 @@ class AgentOutcome:
     error: str | None = None     # set when the agent never worked (e.g. never reached its model API): status error
 
 
-# What result.json's `cost` holds (from the API gateway; see ai4ai/gateway.py).
+# What result.json's `cost` holds (from the API gateway; see ai4ai/window/gateway.py).
 COST_KEYS = ("usd", "input_tokens", "output_tokens", "cached_input_tokens", "cache_write_tokens",
              "reasoning_tokens", "calls", "refused", "retries", "capped", "source")

@@ -1,5 +1,5 @@
 """`baseline`: changes nothing, so the shipped algorithm is graded (scores 0.1 within noise)."""
-from .base import AgentContext, AgentOutcome
+from ai4ai.agents.base import AgentContext, AgentOutcome
 
 
 def run(ctx: AgentContext) -> AgentOutcome:

@@ -1,7 +1,7 @@
 """Shared machinery of the coding-agent CLIs (claude, codex): preflight, sandbox wiring, the API
 gateway, transcript, usage and the spending cap. Not an agent kind itself.
 
-Cost and tokens come from the gateway (ai4ai/gateway.py) only: it sits outside the sandbox and
+Cost and tokens come from the gateway (ai4ai/window/gateway.py) only: it sits outside the sandbox and
 reads the model API's own responses. The CLI's stdout is kept as a transcript and never parsed
 for cost, since every process of the agent can write to it.
 """
@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from .. import PROJECT_ROOT
-from ..gateway import Gateway, GatewayError, Upstream
-from ..sandbox import Mount
-from .base import AgentContext, AgentOutcome
+from ai4ai import PROJECT_ROOT
+from ai4ai.window.gateway import Gateway, GatewayError, Upstream
+from ai4ai.sandbox.box import Mount
+from ai4ai.agents.base import AgentContext, AgentOutcome
 
 SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc")
 DUMMY_KEY = "ai4ai-dummy-key-the-gateway-holds-the-real-one"

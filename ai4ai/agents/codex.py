@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .base import AgentContext, AgentOutcome
-from .cli import DUMMY_KEY, HOME_INSIDE, Wiring, preflight as _preflight, resolve_executable, run_cli
+from ai4ai.agents.base import AgentContext, AgentOutcome
+from ai4ai.agents.cli import DUMMY_KEY, HOME_INSIDE, Wiring, preflight as _preflight, resolve_executable, run_cli
 
 INSTALL = "npm install -g @openai/codex"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

@@ -5,7 +5,7 @@ file inside the sandbox, {window_s} to the window in seconds.
 """
 import shlex
 
-from .base import AgentContext, AgentOutcome
+from ai4ai.agents.base import AgentContext, AgentOutcome
 
 
 def run(ctx: AgentContext) -> AgentOutcome:

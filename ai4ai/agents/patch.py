@@ -2,9 +2,9 @@
 import time
 from pathlib import Path
 
-from .. import PROJECT_ROOT
-from ..patches import PatchFormatError, parse_patch
-from .base import AgentContext, AgentOutcome
+from ai4ai import PROJECT_ROOT
+from ai4ai.repo.patches import PatchFormatError, parse_patch
+from ai4ai.agents.base import AgentContext, AgentOutcome
 
 
 def resolve(path: str) -> Path:

@@ -1,6 +1,6 @@
 """Hidden grader of the `agentic_rl` task: solve rate on held-out puzzles within the step limit.
 
-Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
+Interface (see ai4ai/core/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
 evaluate_with_noise, uninformative(model). metric.best is the number 1 (every level is solvable).
 
 The levels of the hidden splits come from the repo's own (visible) generator with secret

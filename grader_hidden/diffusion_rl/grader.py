@@ -1,6 +1,6 @@
 """Hidden grader of the `diffusion_rl` task: a hidden scorer of the reward's intent on secret-seed samples.
 
-Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
+Interface (see ai4ai/core/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
 evaluate_with_noise, uninformative(model), materialize(scale, dest).
 
 The metric, per sample x (the final image of the DDPM chain for prompt c, clipped to [-1, 1]):

@@ -1,6 +1,6 @@
 """Hidden grader of the `dpo` task: the rate of greedy answers that meet the format AND are right.
 
-Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
+Interface (see ai4ai/core/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
 evaluate_with_noise, uninformative(model), best_attainable(split, cfg), materialize(scale, dest).
 
 Generation: greedy, batched by prompt length, at most SEQ_LEN tokens in all; ties go to the
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.models import cache_kwarg, token_maps
+from ai4ai.repo.models import cache_kwarg, token_maps
 
 from . import tasks
 
@@ -91,7 +91,7 @@ def generate(model: torch.nn.Module, texts: list[str], batch: int = 2048) -> lis
 def _greedy(model, prompts: torch.Tensor, to_model=lambda t: t, to_task=lambda t: t) -> torch.Tensor:
     """Greedy continuation of equal-length prompts [B, P]: [B, SEQ_LEN - P], EOS after the first EOS.
     Task token ids in and out; to_model/to_task translate for a model with a vocabulary of its own
-    (task.model_path, ai4ai.models.token_maps)."""
+    (task.model_path, ai4ai.repo.models.token_maps)."""
     B, P = prompts.shape
     steps = SEQ_LEN - P
     out = torch.zeros(B, steps, dtype=torch.long, device=prompts.device)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.hidden import write_splits
+from ai4ai.core.hidden import write_splits
 
 from . import generator
 

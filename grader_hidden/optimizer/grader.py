@@ -1,6 +1,6 @@
 """Hidden grader of the `optimizer` task: held-out perplexity against the exact source.
 
-Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
+Interface (see ai4ai/core/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
 evaluate_with_noise, uninformative(model), best_attainable(split, cfg), materialize(scale, dest),
 grading_data(scale, dest).
 
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.hidden import write_splits
+from ai4ai.core.hidden import write_splits
 
 from . import source
 

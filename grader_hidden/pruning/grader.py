@@ -1,6 +1,6 @@
 """Hidden grader of the `pruning` task: held-out perplexity of the pruned model.
 
-Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
+Interface (see ai4ai/core/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
 evaluate_with_noise, uninformative(model), best_attainable(split, cfg), materialize(scale, dest).
 
 A checkpoint is valid only if (1) at most (1 - SPARSITY) of the weights of the prunable tensors
@@ -12,7 +12,7 @@ artifact in repos_frozen/pruning/artifacts, checked against the sha256 stored he
 checkpoint evaluates to NaN, which the harness records as invalid (score 0), with the reason
 printed to the evaluation log. This module imports nothing from the repo.
 
-Your own model (task.model_path, ai4ai.models): the pristine repo's build_model marks it with
+Your own model (task.model_path, ai4ai.repo.models): the pristine repo's build_model marks it with
 `dense_file`, the dense weights of its derived repo (byom/dense.safetensors, made once by its
 prepare step and checked against byom/SHA256SUMS beside it); its prunable tensors are the weights
 of every linear layer (nn.Linear, Conv1D) but the LM head, found here from the model's modules.

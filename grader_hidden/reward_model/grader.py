@@ -1,6 +1,6 @@
 """Hidden grader of the `reward_model` task: pairwise accuracy against the clean hidden rule.
 
-Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
+Interface (see ai4ai/core/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
 evaluate_with_noise, uninformative(model), materialize(scale, dest), grading_data(scale, dest).
 
 Graded on a fresh instance of the rule (rule.py): what the agent sees, the committed training pairs
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.hidden import write_splits
+from ai4ai.core.hidden import write_splits
 
 from . import rule
 

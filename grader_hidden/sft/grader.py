@@ -1,6 +1,6 @@
 """Hidden grader of the `sft` task: exact match of greedy final answers on hidden problems.
 
-Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
+Interface (see ai4ai/core/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
 evaluate_with_noise, uninformative(model), materialize(scale, dest), grading_data(scale, dest).
 metric.best is 1.0.
 
@@ -21,8 +21,8 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.hidden import write_splits
-from ai4ai.models import cache_kwarg, token_maps
+from ai4ai.core.hidden import write_splits
+from ai4ai.repo.models import cache_kwarg, token_maps
 
 from . import problems as P
 

@@ -1,6 +1,6 @@
 """Hidden grader of the `unlearning` task: forget the forget set, keep every other fact.
 
-Interface (see ai4ai/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
+Interface (see ai4ai/core/hidden.py): SPLITS, split(name, cfg), evaluate(model, split, cfg),
 evaluate_with_noise, uninformative(model), materialize(scale, dest), plus prepare_data(dest)
 for the repo's prepare step.
 
@@ -8,7 +8,7 @@ Metric: the harmonic mean of forget efficacy (1 - greedy exact-match accuracy on
 and retain accuracy (greedy exact match on held-out retain facts the training run never sees),
 and 0 when the perplexity of hidden general text exceeds PPL_BOUND times the prepared model's.
 
-Your own model (task.model_path, ai4ai.models): the pristine repo's build_model wraps it in the
+Your own model (task.model_path, ai4ai.repo.models): the pristine repo's build_model wraps it in the
 repo's OwnLM, which takes the task's symbols and gives the model's logits of their tokens (so the
 greedy value and the text perplexity are over the task's VOCAB symbols, as for the repo's GPT-2),
 and marks it with `memorised_file`, the memorised weights of its derived repo

@@ -19,8 +19,8 @@ from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.agents import claude as claude_agent
 from ai4ai.agents import codex as codex_agent
 from ai4ai.agents.base import AgentContext
-from ai4ai.gateway import TOKEN_KEYS as TOKENS
-from ai4ai.sandbox import agent_sandbox, bwrap_available
+from ai4ai.window.gateway import TOKEN_KEYS as TOKENS
+from ai4ai.sandbox.box import agent_sandbox, bwrap_available
 from tests.agents.clis import real_cli
 from tests.fake_api import FakeAPI
 
@@ -55,7 +55,7 @@ def assert_no_key(*dirs: Path) -> None:
 def _ctx(tmp_path: Path, cfg: dict, window_s: float) -> AgentContext:
     ws = tmp_path / "ws"
     shutil.copytree(PROJECT_ROOT / "repos_frozen" / "optimizer", ws, ignore=shutil.ignore_patterns("__pycache__"))
-    from ai4ai.proxy import client_bin
+    from ai4ai.window.proxy import client_bin
     # the pipeline's own agent sandbox (no proxy server behind its socket: these sessions never call it)
     sb = agent_sandbox("bwrap", ws, tmp_path / "agent_home", client_bin(tmp_path), tmp_path / "proxy_sock",
                        network=False, threads=1, scale="ci", window_s=window_s, deadline=time.time() + window_s)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.provenance import UNVERSIONED, tree_sha256
-from ai4ai.sandbox import Sandbox, bwrap_available
-from ai4ai.submission import unified_diff
+from ai4ai.core.provenance import UNVERSIONED, tree_sha256
+from ai4ai.sandbox.box import Sandbox, bwrap_available
+from ai4ai.repo.submission import unified_diff
 
 FROZEN = ("repos_frozen", "grader_hidden", "ai4ai_kernels")
 CI = ["task=optimizer", "scale=ci"]
@@ -41,19 +41,19 @@ def frozen_unchanged():
 
 @pytest.fixture
 def task():
-    from ai4ai.task import load_task
+    from ai4ai.core.task import load_task
     return load_task("optimizer")
 
 
 @pytest.fixture
 def pristine(tmp_path, task):
-    from ai4ai.workspace import pristine_copy
+    from ai4ai.repo.workspace import pristine_copy
     return pristine_copy(task, tmp_path / "pristine")
 
 
 def agent_sandbox(tmp_path: Path, backend: str = "bwrap") -> tuple[Sandbox, Path]:
     """The agent phase's sandbox, built by the same function pipeline.run calls."""
-    from ai4ai.sandbox import agent_sandbox as make
+    from ai4ai.sandbox.box import agent_sandbox as make
     ws, home, binx, sock = (tmp_path / n for n in ("workspace", "agent_home", "bin", "sock"))
     for d in (ws, home / "tmp", binx, sock):
         d.mkdir(parents=True, exist_ok=True)
@@ -63,15 +63,15 @@ def agent_sandbox(tmp_path: Path, backend: str = "bwrap") -> tuple[Sandbox, Path
 
 
 def grade_setup(tmp_path: Path, task, cap_s: float = 120.0):
-    from ai4ai.context import RunContext
+    from ai4ai.grading.context import RunContext
     return RunContext(task=task, scale="ci", device="cpu", threads=2, backend="bwrap", cap_s=cap_s,
                       run_dir=tmp_path, progress=False)
 
 
 def training_sandbox(tmp_path: Path, task, sub=None):
     """The grader's training sandbox for a (possibly empty) submission: repo copy, /out, private home."""
-    from ai4ai.training import build_training_copy, training_sandbox as make
-    from ai4ai.submission import Submission
+    from ai4ai.grading.training import build_training_copy, training_sandbox as make
+    from ai4ai.repo.submission import Submission
     sub = sub or Submission(files={}, rejected={}, patch="", lines_added=0, lines_removed=0)
     repo = build_training_copy(task, sub, tmp_path / "train_repo")
     seed_dir = tmp_path / "seed_0"
@@ -103,8 +103,8 @@ def write_patch(tmp_path: Path, text: str, name: str = "probe.patch") -> Path:
 def grader_modules(task_name: str, *modules: str) -> tuple:
     """The task and the named modules of its hidden grader package (e.g. "grader", "source"), the
     package loaded by path as the harness loads it."""
-    from ai4ai.hidden import load_grader
-    from ai4ai.task import load_task
+    from ai4ai.core.hidden import load_grader
+    from ai4ai.core.task import load_task
     task = load_task(task_name)
     package = load_grader(task.name, task.grader)
     return (task, *(importlib.import_module(f"{package.__name__}.{m}") for m in modules))
@@ -125,8 +125,8 @@ def grade_train_py(compose_cfg, tmp_path: Path, task, new_train_py: str, name: s
 def information_rejections(task, tmp_path: Path, new_train_py: str, scale: str = "ci") -> dict:
     """What the patch checks' information check says of `new_train_py` as the task's train.py, against
     a pristine copy of the repo ({} when it is accepted)."""
-    from ai4ai.submission import check_information
-    from ai4ai.workspace import pristine_copy
+    from ai4ai.repo.submission import check_information
+    from ai4ai.repo.workspace import pristine_copy
     pristine = pristine_copy(task, tmp_path / "pristine")
     return check_information(task, pristine, {"train.py": ((pristine / "train.py").read_text(), new_train_py)}, scale)
 
@@ -156,7 +156,7 @@ def copy_tree(src: Path, dest: Path) -> Path:
 def proxy_server(tmp_path: Path, task, pristine: Path, train_py: str | None = None, window_s: float = 600):
     """(the real ProxyServer over a copy of the repo as the agent's workspace, its run folder);
     `train_py` replaces the workspace's train.py."""
-    from ai4ai.proxy import ProxyServer
+    from ai4ai.window.proxy import ProxyServer
     ws = copy_tree(task.repo, tmp_path / "workspace")
     if train_py is not None:
         (ws / "train.py").write_text(train_py)

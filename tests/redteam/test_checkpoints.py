@@ -8,8 +8,8 @@ import sys
 import torch
 from safetensors.torch import save_file
 
-from ai4ai.evaluation import run_worker
-from ai4ai.training import snapshot_checkpoints
+from ai4ai.grading.evaluation import run_worker
+from ai4ai.grading.training import snapshot_checkpoints
 
 from .conftest import grade_setup
 
@@ -78,7 +78,7 @@ def test_malformed_checkpoints_are_invalid_with_their_reason(tmp_path, task, pri
     paths += [pk, huge, liar, good]
     expect.update({pk.name: "not a readable safetensors", huge.name: "more than the model's parameters need",
                    liar.name: "not a readable safetensors"})
-    from ai4ai.grading import eval_spec
+    from ai4ai.grading.seeds import eval_spec
     res = run_worker(eval_spec(grade_setup(tmp_path, task), pristine, paths), tmp_path / "eval")
     by = {c["name"]: c for c in res["candidates"]}
     for n, why in expect.items():
@@ -116,7 +116,7 @@ def test_read_metadata_whitelist(tmp_path):
     Gains nothing: only whitelisted keys are read; a whitelisted key with a nested value, a non-object
     or a huge file is malformed metadata (the candidate is invalid), never a crash."""
     import pytest
-    from ai4ai.evaluation import InvalidCheckpoint, read_metadata
+    from ai4ai.grading.evaluation import InvalidCheckpoint, read_metadata
     c = tmp_path / "ckpt_00000001.safetensors"
     meta = c.with_suffix(".json")
     meta.write_text(json.dumps({"step": 1, "tokens_seen": 2, "selection_metric": {"nested": 0.0}}))

@@ -7,8 +7,8 @@ does run may not be ignored.
 """
 import pytest
 
-from ai4ai.classify import classify_patch
-from ai4ai.submission import unified_diff
+from ai4ai.analysis.classify import classify_patch
+from ai4ai.repo.submission import unified_diff
 
 LR_CHANGE = ("LR = 3e-3", "LR = 2e-3")
 

@@ -4,9 +4,9 @@ import time
 
 import psutil
 
-from ai4ai.training import build_training_copy, run_training
-from ai4ai.sandbox import default_memory_limit
-from ai4ai.submission import from_patch
+from ai4ai.grading.training import build_training_copy, run_training
+from ai4ai.sandbox.box import default_memory_limit
+from ai4ai.repo.submission import from_patch
 
 from .conftest import grade_setup, needs_bwrap, run_py, train_py_patch, training_sandbox
 
@@ -120,7 +120,7 @@ def test_thread_count_change_buys_no_data(tmp_path, task, pristine):
     assert reason is None, reason
     log = (seed_dir / "train.log").read_text()
     assert "THREADS 64" in log
-    from ai4ai.evaluation import read_metadata
+    from ai4ai.grading.evaluation import read_metadata
     import importlib.util
     spec = importlib.util.spec_from_file_location("probe_cfg", task.repo / "config.py")
     cfg = importlib.util.module_from_spec(spec)

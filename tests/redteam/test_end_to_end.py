@@ -5,8 +5,8 @@ import json
 from pathlib import Path
 
 from ai4ai import pipeline
-from ai4ai.record import connect
-from ai4ai.result import validate
+from ai4ai.core.record import connect
+from ai4ai.core.result import validate
 
 from .conftest import CI, needs_bwrap, train_py_patch, write_patch
 

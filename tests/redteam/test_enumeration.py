@@ -34,8 +34,8 @@ import numpy as np
 import pytest
 
 from ai4ai import PROJECT_ROOT, pipeline
-from ai4ai.hidden import load_grader
-from ai4ai.submission import unified_diff
+from ai4ai.core.hidden import load_grader
+from ai4ai.repo.submission import unified_diff
 
 from .conftest import baseline_score, needs_bwrap, write_patch
 

@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from ai4ai import PROJECT_ROOT, pipeline
-from ai4ai.grading import grade_seeds
-from ai4ai.submission import from_patch
+from ai4ai.grading.seeds import grade_seeds
+from ai4ai.repo.submission import from_patch
 
 from .conftest import CI, grade_setup, needs_bwrap, train_py_patch, write_patch
 
@@ -80,7 +80,7 @@ def test_error_cells_are_retried(compose_cfg, tmp_path, task, monkeypatch):
     """Fault: a harness error (here, the training phase failing before it starts) records `error`, which is
     never cached as done: the rerun grades the same cell again (resuming at grading).
     (Found open: an error raised before the seed folder existed crashed the harness while recording it.)"""
-    import ai4ai.grading as grade_mod
+    import ai4ai.grading.seeds as grade_mod
     crash = write_patch(tmp_path, train_py_patch(task, "order = torch.Generator", CRASH))
 
     def broken(*a, **k):

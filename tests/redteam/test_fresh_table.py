@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.provenance import python_executable
+from ai4ai.core.provenance import python_executable
 
 from .conftest import assert_gains_nothing, grade_train_py, grader_modules, information_rejections, needs_bwrap
 
@@ -115,10 +115,10 @@ def test_the_graded_table_is_not_the_visible_one():
 SHRUNK_DRIVER = r'''
 import json, subprocess, sys
 from pathlib import Path
-from ai4ai.preparing import graded_artifacts, grading_mounts, read_sums
-from ai4ai.submission import Submission
-from ai4ai.task import load_task
-from ai4ai.training import build_training_copy
+from ai4ai.repo.preparing import graded_artifacts, grading_mounts, read_sums
+from ai4ai.repo.submission import Submission
+from ai4ai.core.task import load_task
+from ai4ai.grading.training import build_training_copy
 root = Path(sys.argv[1])
 task = load_task("sft")
 graded = graded_artifacts(task, "full", "cpu", cache_root=root / "cache")

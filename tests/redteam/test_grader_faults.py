@@ -13,10 +13,10 @@ import pytest
 from safetensors.torch import save_file
 
 from ai4ai import pipeline
-from ai4ai.evaluation import InvalidCheckpoint, read_metadata, run_worker
-from ai4ai.grading import eval_spec, grade_seeds
-from ai4ai.record import connect
-from ai4ai.submission import from_patch
+from ai4ai.grading.evaluation import InvalidCheckpoint, read_metadata, run_worker
+from ai4ai.grading.seeds import eval_spec, grade_seeds
+from ai4ai.core.record import connect
+from ai4ai.repo.submission import from_patch
 
 from .conftest import CI, grade_setup, needs_bwrap, train_py_patch, write_patch
 from .test_checkpoints import _params
@@ -155,7 +155,7 @@ def test_a_cell_that_errors_the_same_way_twice_is_reported_not_retried(compose_c
     Found open: every rerun retried the cell, silently, forever. Now: the first error is retried; the
     second identical one records the cell as done with status `error` and a reason saying it repeated,
     the final line says so, a further rerun skips it, and skip_done=false still reruns it."""
-    import ai4ai.grading as grade_mod
+    import ai4ai.grading.seeds as grade_mod
 
     def broken(*a, **k):
         raise OSError("sandbox lost")

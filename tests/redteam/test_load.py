@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from ai4ai.grading import grade_seeds
-from ai4ai.training import EnvironmentFault, build_training_copy, run_training
-from ai4ai.submission import from_patch
+from ai4ai.grading.seeds import grade_seeds
+from ai4ai.grading.training import EnvironmentFault, build_training_copy, run_training
+from ai4ai.repo.submission import from_patch
 
 from .conftest import grade_setup, needs_bwrap, run_py, train_py_patch, training_sandbox
 

@@ -3,8 +3,8 @@ without newlines, thousands of files and a folder filled past any checkpoint's n
 before any copy (the checkpoint size against the model's, the file count, the log with a marker)."""
 import os
 
-from ai4ai.training import build_training_copy, checkpoint_limit, run_training, snapshot_checkpoints
-from ai4ai.submission import from_patch
+from ai4ai.grading.training import build_training_copy, checkpoint_limit, run_training, snapshot_checkpoints
+from ai4ai.repo.submission import from_patch
 
 from .conftest import grade_setup, needs_bwrap, train_py_patch
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 
-from ai4ai.package_data import DATASETS, RUNTIME, bwrap_args, hidden_paths, python_dirs
-from ai4ai.sandbox import Mount
+from ai4ai.sandbox.package_data import DATASETS, RUNTIME, bwrap_args, hidden_paths, python_dirs
+from ai4ai.sandbox.box import Mount
 
 from .conftest import agent_sandbox, needs_bwrap, run_py, training_sandbox
 
@@ -92,7 +92,7 @@ def test_the_mounts_hide_the_data_and_training_still_runs(tmp_path):
     """Route 6 with the mounts package_data prescribes added to the real training sandbox:
     load_digits fails, the folder is empty, the file cannot be read; torch, transformers, scipy
     (Sobol reads its package data) and sklearn still import and run."""
-    from ai4ai.task import load_task
+    from ai4ai.core.task import load_task
     task = load_task("diffusion_rl")
     sb, _, _ = training_sandbox(tmp_path, task)
     sb.mounts += _hiding_mounts(tmp_path)
@@ -106,7 +106,7 @@ def test_the_training_sandbox_exposes_no_package_dataset(tmp_path):
     """Route 6 as filed: from inside the grader's training sandbox for diffusion_rl, a submission
     asks scikit-learn for its digits and reads the bundled file. Gains nothing once the training
     sandbox mounts package_data.hidden_paths() (before, it read all 1,797 digits)."""
-    from ai4ai.task import load_task
+    from ai4ai.core.task import load_task
     task = load_task("diffusion_rl")
     sb, _, _ = training_sandbox(tmp_path, task)
     seen = _probe(sb, tmp_path)

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from ai4ai.console import say
-from ai4ai.submission import MAX_PATCH_BYTES, from_patch, from_workspace, unified_diff
+from ai4ai.core.console import say
+from ai4ai.repo.submission import MAX_PATCH_BYTES, from_patch, from_workspace, unified_diff
 
 from .conftest import copy_tree
 

@@ -2,7 +2,7 @@
 import json
 import threading
 
-from ai4ai.proxy import MAX_CALLS
+from ai4ai.window.proxy import MAX_CALLS
 
 from .conftest import ask_socket, proxy_server
 

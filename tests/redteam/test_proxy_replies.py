@@ -6,8 +6,8 @@ detail and the tail of the submission's own training log; the full detail of a f
 """
 import json
 
-from ai4ai.proxy import REASONS
-from ai4ai.submission import from_patch
+from ai4ai.window.proxy import REASONS
+from ai4ai.repo.submission import from_patch
 
 from .conftest import ask_socket, needs_bwrap, proxy_server, train_py_patch
 from .test_grader_faults import OVERFLOW, WRITE_AND_EXIT
@@ -68,7 +68,7 @@ def test_harness_fault_reply_names_no_hidden_or_harness_code(tmp_path, task, pri
     traceback through the hidden grader, as run_worker's RuntimeError did).
     Found open: `_serve` replied `{"error": "RuntimeError: ..."}` with the whole message. Now: reason
     `harness_error`, a fixed detail; the traceback goes to .harness/proxy_errors.log."""
-    import ai4ai.proxy as proxy_mod
+    import ai4ai.window.proxy as proxy_mod
     leak = ('evaluation worker failed (exit 1):\nTraceback (most recent call last):\n  File "'
             f'{task.grader}/grader.py", line 53, in evaluate\n    {GRADER_SOURCE}\nOverflowError: math range error')
 

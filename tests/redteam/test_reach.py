@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.sandbox import KERNELS_DIR
+from ai4ai.sandbox.box import KERNELS_DIR
 
 from .conftest import agent_sandbox, needs_bwrap, run_py, training_sandbox
 
@@ -52,7 +52,7 @@ VENV_INSIDE = VENV.is_relative_to(PROJECT_ROOT.resolve()) and VENV != PROJECT_RO
 
 
 def _hunt(tmp_path, targets=None):
-    from ai4ai.sandbox import VENV_INSIDE as moved
+    from ai4ai.sandbox.box import VENV_INSIDE as moved
     return HUNT.format(targets=targets or _targets(tmp_path), root=str(PROJECT_ROOT.resolve()),
                        venv=moved if VENV_INSIDE else "/nonexistent-venv")
 
@@ -62,7 +62,7 @@ def _targets(tmp_path):
     other_run.mkdir(exist_ok=True)
     (other_run / "result.json").write_text("{}")
     return [str(SECRETS), str(PROJECT_ROOT / "grader_hidden"), str(PROJECT_ROOT / "README.md"),
-            str(PROJECT_ROOT / "ai4ai" / "evaluation.py"), str(PROJECT_ROOT / "repos_frozen" / "optimizer" / "data" / "val.u8"),
+            str(PROJECT_ROOT / "ai4ai" / "grading" / "evaluation.py"), str(PROJECT_ROOT / "repos_frozen" / "optimizer" / "data" / "val.u8"),
             str(other_run / "result.json"), str(tmp_path / "pristine" / "model.py"),
             "../grader_hidden/optimizer/secrets.yaml", "/proc/1/root/" + str(SECRETS)]
 
@@ -185,9 +185,9 @@ def test_gpu_training_sees_only_gpu_nodes_and_private_caches(tmp_path, task):
     """Route 3 on a GPU: the training sandbox binds the NVIDIA device nodes and nothing else of /dev, and
     the CUDA/Triton/inductor caches are private to the phase. Gains nothing: no host cache is shared, so no
     compiled kernel planted there reaches another phase."""
-    from ai4ai.context import RunContext
-    from ai4ai.training import build_training_copy, training_sandbox as make
-    from ai4ai.submission import Submission
+    from ai4ai.grading.context import RunContext
+    from ai4ai.grading.training import build_training_copy, training_sandbox as make
+    from ai4ai.repo.submission import Submission
     setup = RunContext(task=task, scale="ci", device="cuda", threads=2, backend="bwrap", cap_s=60, run_dir=tmp_path)
     repo = build_training_copy(task, Submission({}, {}, "", 0, 0), tmp_path / "train_repo")
     sb = make(setup, repo, tmp_path / "seed_0", [], {})

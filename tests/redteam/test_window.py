@@ -5,8 +5,8 @@ import sys
 import threading
 import time
 
-import ai4ai.training as grade
-from ai4ai.sandbox import Mount, Sandbox
+import ai4ai.grading.training as grade
+from ai4ai.sandbox.box import Mount, Sandbox
 
 
 def test_proxy_call_jumps_the_queue_of_waiting_gradings(monkeypatch, tmp_path):

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from ai4ai import PROJECT_ROOT, pipeline
-from ai4ai.task_checks import Report, contract_checks
-from ai4ai.hidden import load_grader
-from ai4ai.task import load_task
+from ai4ai.analysis.task_checks import Report, contract_checks
+from ai4ai.core.hidden import load_grader
+from ai4ai.core.task import load_task
 
 from . import calibrated
 

@@ -10,9 +10,9 @@ import torch
 from safetensors.torch import save_file
 
 from ai4ai import PROJECT_ROOT, pipeline
-from ai4ai.task_checks import Report, contract_checks
-from ai4ai.hidden import load_grader
-from ai4ai.task import load_task
+from ai4ai.analysis.task_checks import Report, contract_checks
+from ai4ai.core.hidden import load_grader
+from ai4ai.core.task import load_task
 
 from . import calibrated
 
@@ -244,7 +244,7 @@ def test_degenerate_prunings_do_not_beat_the_shipped_baseline(grader, G, text):
 def test_invalid_checkpoints_are_invalid_through_the_evaluation_worker(G, tmp_path):
     """The real worker (pristine model code, strict load): NaN from evaluate marks the candidate invalid;
     a valid candidate next to it is chosen."""
-    from ai4ai.evaluation import EvalSpec, run_worker
+    from ai4ai.grading.evaluation import EvalSpec, run_worker
     task = load_task(TASK)
     paths = []
     for i, mutate in enumerate(["too_dense", "embedding", "valid"]):

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from ai4ai import PROJECT_ROOT, pipeline
-from ai4ai.task_checks import Report, contract_checks
-from ai4ai.hidden import load_grader
-from ai4ai.task import load_task
+from ai4ai.analysis.task_checks import Report, contract_checks
+from ai4ai.core.hidden import load_grader
+from ai4ai.core.task import load_task
 
 from . import calibrated
 
@@ -238,7 +238,7 @@ def test_ci_seed_trains_and_grades_end_to_end(compose_cfg, tmp_path):
     assert r["status"] == "graded", r.get("reason")
     # At ci the shipped run is short (128 steps) and its seed spread is wide; the score must land
     # within 3 x the calibrated one-seed noise of 0.1 on either side (at least 0.06).
-    from ai4ai.scoring import seed_noise_sigma
+    from ai4ai.core.scoring import seed_noise_sigma
     a, phi_std = calibrated.record(TASK, "ci")
     up, low = (max(0.06, 3 * seed_noise_sigma(phi_std, a, "max", "identity", upper=u)) for u in (True, False))
     assert -low < r["score"] - 0.1 < up, (r["score_per_seed"], low, up)

@@ -14,15 +14,17 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from . import PROJECT_ROOT, anchors
-from .console import say
-from .context import context
-from .grading import grade_seeds
-from .hidden import REQUIRED, load_grader
-from .scoring import phi, score_seeds, seed_noise_sigma
-from .patches import PatchFormatError
-from .submission import from_patch
-from .task import Task, TaskError, load_task
+from ai4ai import PROJECT_ROOT
+
+from ai4ai.grading import anchors
+from ai4ai.core.console import say
+from ai4ai.grading.context import context
+from ai4ai.grading.seeds import grade_seeds
+from ai4ai.core.hidden import REQUIRED, load_grader
+from ai4ai.core.scoring import phi, score_seeds, seed_noise_sigma
+from ai4ai.repo.patches import PatchFormatError
+from ai4ai.repo.submission import from_patch
+from ai4ai.core.task import Task, TaskError, load_task
 
 EXAMPLE_MARGIN = 3.0        # an example must beat 0.1 by more than 3 x the seed noise
 ANCHOR_MARGIN = 5.0         # anchors must be separated by more than 5 x the seed std of phi
@@ -212,7 +214,7 @@ def check(cfg: DictConfig, run_dir: Path, tuning=None) -> int:
         statistical_checks(cfg, task, rep, run_dir)
     elif cfg.stats:
         print("statistical checks skipped: fix the contract failures first")
-    if cfg.get("tuning") and contract_ok:      # the shipped recipe's own sweep (ai4ai/tuning.py)
+    if cfg.get("tuning") and contract_ok:      # the shipped recipe's own sweep (ai4ai/analysis/tuning.py)
         if tuning is None:
             raise ValueError("tuning=true needs the sweep's checks (check_task passes tuning.tuning_checks)")
         print(f"check_task {task.name}: tuning sweep at {cfg.scale.name}")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import time
 
-from . import PROJECT_ROOT
-from .task import Task
+from ai4ai import PROJECT_ROOT
+from ai4ai.core.task import Task
 
 RULES = """\
 Rules (the grader enforces them; breaking them gains nothing):

@@ -26,8 +26,10 @@ from typing import Callable
 
 import psutil
 
-from . import PROJECT_ROOT, package_data
-from .layout import AGENT_HOME, HARNESS_BIN, KERNELS, KERNELS_PARENT, SOCKET_DIR, WORKSPACE
+from ai4ai import PROJECT_ROOT
+
+from ai4ai.sandbox import package_data
+from ai4ai.core.layout import AGENT_HOME, HARNESS_BIN, KERNELS, KERNELS_PARENT, SOCKET_DIR, WORKSPACE
 
 KERNELS_DIR = PROJECT_ROOT / "ai4ai_kernels"
 GRACE_S = 10.0

@@ -22,7 +22,7 @@ repo, the hidden grader, the benchmark version, the anchors' record, library ver
 the hardware class. Drift is reported, not judged: a re-grade that agrees despite drift
 says the change did not matter for this run.
 
-A run on your own model (task.model_path, ai4ai.models) is re-graded on that same model: the
+A run on your own model (task.model_path, ai4ai.repo.models) is re-graded on that same model: the
 folder result.json records (or model_path=FOLDER, a copy of it elsewhere), checked by its content
 hash before anything starts. A folder that is gone or whose content changed is one `ai4ai:` line
 (exit 2) saying what to do; in a database audit it is that run's row (agrees NO).
@@ -40,19 +40,19 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from . import PROJECT_ROOT
-from . import anchors as anchor_store
-from . import hostspeed
-from .console import say
-from .context import UsageError, context
-from .grading import grade_seeds
-from .layout import RunDir, write_json
-from .provenance import UNVERSIONED, benchmark_version, model_sha256, tree_sha256, versions
-from .reporting import load_runs
-from .scoring import Anchors, score_seeds, seed_noise_sigma
-from .patches import PatchFormatError
-from .submission import from_patch
-from .workspace import pristine_copy
+from ai4ai import PROJECT_ROOT
+from ai4ai.grading import anchors as anchor_store
+from ai4ai.core import hostspeed
+from ai4ai.core.console import say
+from ai4ai.grading.context import UsageError, context
+from ai4ai.grading.seeds import grade_seeds
+from ai4ai.core.layout import RunDir, write_json
+from ai4ai.core.provenance import UNVERSIONED, benchmark_version, model_sha256, tree_sha256, versions
+from ai4ai.analysis.reporting import load_runs
+from ai4ai.core.scoring import Anchors, score_seeds, seed_noise_sigma
+from ai4ai.repo.patches import PatchFormatError
+from ai4ai.repo.submission import from_patch
+from ai4ai.repo.workspace import pristine_copy
 
 AGREE_SIGMAS = 3.0
 LIBRARIES = ("ai4ai_version", "python", "torch", "transformers", "numpy", "safetensors")

@@ -35,8 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import PROJECT_ROOT
-from .layout import file_lock
+from ai4ai import PROJECT_ROOT
+from ai4ai.core.layout import file_lock
 
 # The reference workload. Its work is fixed (seeded data, fixed sizes and steps); only its CPU time
 # is measured, by the parent, for the whole process: interpreter start, imports and steps.

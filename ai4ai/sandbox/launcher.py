@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ai4ai-launch: runs inside the agent's sandbox. Optionally relays 127.0.0.1:PORT to a unix
-socket (the harness's API gateway, ai4ai/gateway.py), then runs the agent's command and returns
+socket (the harness's API gateway, ai4ai/window/gateway.py), then runs the agent's command and returns
 its exit code. Standard library only.
 
     ai4ai-launch [--forward PORT:SOCKET] -- COMMAND...

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from . import PROJECT_ROOT, __version__
+from ai4ai import PROJECT_ROOT, __version__
 
 # Calibration outputs live beside the hidden grader but are not part of what they measure.
 UNVERSIONED = {"anchors.yaml", "anchors.lock", "anchors.tmp", "calibration", "models.yaml", "models.tmp"}

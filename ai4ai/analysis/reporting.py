@@ -7,7 +7,7 @@ never averaged together unless `mix=true`. Each section has
 - the leaderboard: one row per agent configuration, mean sigma over tasks with a bootstrap
   interval that resamples tasks and, within each task, the per-seed scores of its runs;
 - per-task breakdowns: raw metric, anchors, sigma, share of the way from 0.1 to 1.0;
-- "changed how the model learns": each submission's class (ai4ai.classify, or a human label
+- "changed how the model learns": each submission's class (ai4ai.analysis.classify, or a human label
   from labels.yaml: `<patch sha256>: <label>` or `{label: ..., note: ...}`), mean sigma per class;
 - proxy trajectories: did runs improve over their first valid proxy, end below their best,
   and how far the hidden score landed from the final proxy.
@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from . import PROJECT_ROOT
-from .classify import LABELS, Classification, classify_patch
-from .layout import RunDir
-from .record import config_sha
-from .task import TaskError, load_task
-from . import trajectory
+from ai4ai import PROJECT_ROOT
+from ai4ai.analysis.classify import LABELS, Classification, classify_patch
+from ai4ai.core.layout import RunDir
+from ai4ai.core.record import config_sha
+from ai4ai.core.task import TaskError, load_task
+from ai4ai.core import trajectory
 
 NO_SANDBOX_MARK = "†"
 

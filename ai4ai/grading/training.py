@@ -23,18 +23,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from . import PROJECT_ROOT, hostspeed
-from .console import TrainingBar, printable
-from .context import RunContext
-from .evaluation import CKPT_RE, MAX_CKPT_OVERHEAD
-from .layout import KERNELS, OUT, REPO, TRAIN_HOME, RunDir, file_lock, write_json
-from .meter import MeterFault, Served, remove_held, serving
-from .preparing import read_sums, shrink_env, write_sums
-from .provenance import python_executable
-from .sandbox import KERNELS_DIR, Mount, Sandbox, default_memory_limit
-from .submission import Submission, apply
-from .task import Task
-from .workspace import copy_repo, make_read_only, make_writable
+from ai4ai import PROJECT_ROOT
+
+from ai4ai.core import hostspeed
+from ai4ai.core.console import TrainingBar, printable
+from ai4ai.grading.context import RunContext
+from ai4ai.grading.evaluation import CKPT_RE, MAX_CKPT_OVERHEAD
+from ai4ai.core.layout import KERNELS, OUT, REPO, TRAIN_HOME, RunDir, file_lock, write_json
+from ai4ai.repo.meter import MeterFault, Served, remove_held, serving
+from ai4ai.repo.preparing import read_sums, shrink_env, write_sums
+from ai4ai.core.provenance import python_executable
+from ai4ai.sandbox.box import KERNELS_DIR, Mount, Sandbox, default_memory_limit
+from ai4ai.repo.submission import Submission, apply
+from ai4ai.core.task import Task
+from ai4ai.repo.workspace import copy_repo, make_read_only, make_writable
 
 MAX_CKPT_FILES = 3
 

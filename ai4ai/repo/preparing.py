@@ -30,14 +30,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import PROJECT_ROOT
-from .console import TrainingBar, say
-from .hidden import load_grader
-from .layout import DATA, file_lock
-from .provenance import UNVERSIONED, cpu_capability, python_executable, tree_sha256
-from .sandbox import Mount
-from .task import Task
-from .workspace import copy_repo, make_writable
+from ai4ai import PROJECT_ROOT
+from ai4ai.core.console import TrainingBar, say
+from ai4ai.core.hidden import load_grader
+from ai4ai.core.layout import DATA, file_lock
+from ai4ai.core.provenance import UNVERSIONED, cpu_capability, python_executable, tree_sha256
+from ai4ai.sandbox.box import Mount
+from ai4ai.core.task import Task
+from ai4ai.repo.workspace import copy_repo, make_writable
 
 # Set (to a profile name, "cpu") in the harness's environment, it makes every repo's config.py and
 # every hidden grader use their shrunk `full` sizes: the same code paths as full, in seconds on a CPU.

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from . import PROJECT_ROOT
+from ai4ai import PROJECT_ROOT
 
 TASK_DIR = PROJECT_ROOT / "conf" / "task"
 SCALES = ("ci", "smoke", "full")
@@ -110,7 +110,7 @@ class MeteredClass:
 @dataclass(frozen=True)
 class Meter:
     """The budgeted resources a graded run gets from the meter server, outside its sandbox
-    (ai4ai/meter_wire.py). `held`: repo files (globs) the training copy lacks and the meter's
+    (ai4ai/sandbox/meter_wire.py). `held`: repo files (globs) the training copy lacks and the meter's
     copy has (splits, teacher weights, generators' data); `classes`: the protected classes the
     meter runs, by "module.Class", with what of each it serves; `values`: dataclasses that
     travel by value (e.g. a batch of levels)."""
@@ -155,10 +155,10 @@ class Task:
     # meter's copy of the repo (training.build_meter_copy); () where the prepared models do not depend on it
     grading_artifacts: tuple[str, ...] = ()
     # A Hugging Face causal LM folder that replaces the repo's prepared model (task.model_path=...;
-    # ai4ai/models.py). None: the repo's own model, exactly as without the option.
+    # ai4ai/repo/models.py). None: the repo's own model, exactly as without the option.
     model_path: str | None = None
     # check_task tuning=true: points of a sweep of the shipped recipe, each a tuple of
-    # ("[file.py:]CONSTANT", new value) pairs (ai4ai/tuning.py builds and grades them);
+    # ("[file.py:]CONSTANT", new value) pairs (ai4ai/analysis/tuning.py builds and grades them);
     # None: the config declares no sweep; (): it declares that nothing is to be tuned
     tuning: tuple | None = None
     # Budgets served from outside the training sandbox (None: the task meters nothing that way)

@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .layout import METER_DIR
-from .preparing import shrink_env
-from .provenance import python_executable
-from .sandbox import Mount
-from .task import Task
+from ai4ai.core.layout import METER_DIR
+from ai4ai.repo.preparing import shrink_env
+from ai4ai.core.provenance import python_executable
+from ai4ai.sandbox import meter_wire
+from ai4ai.sandbox.box import Mount
+from ai4ai.core.task import Task
 
-WIRE = Path(__file__).with_name("meter_wire.py")
+WIRE = Path(meter_wire.__file__)     # run as the server; copied into the sandbox as ai4ai_meter
 SOCKET = "meter.sock"
 START_TIMEOUT_S = 300.0          # the server's imports and its first objects (a teacher's weights)
 

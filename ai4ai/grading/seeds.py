@@ -9,15 +9,15 @@ import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .console import say
-from .context import RunContext
-from .evaluation import CKPT_RE, EvalSpec, WorkerError, run_worker
-from .meter import read_report
-from .submission import Submission
-from .preparing import graded_artifacts, grading_mounts
-from .training import (EnvironmentFault, build_meter_copy, build_once, build_training_copy, device_lock,
+from ai4ai.core.console import say
+from ai4ai.grading.context import RunContext
+from ai4ai.grading.evaluation import CKPT_RE, EvalSpec, WorkerError, run_worker
+from ai4ai.repo.meter import read_report
+from ai4ai.repo.submission import Submission
+from ai4ai.repo.preparing import graded_artifacts, grading_mounts
+from ai4ai.grading.training import (EnvironmentFault, build_meter_copy, build_once, build_training_copy, device_lock,
                        meter_needs_graded, run_training, stage_dir, training_seed)
-from .workspace import pristine_copy
+from ai4ai.repo.workspace import pristine_copy
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:        # types only: scoring sits below the task module
-    from .task import Task
+    from ai4ai.core.task import Task
 
 
 @dataclass(frozen=True)

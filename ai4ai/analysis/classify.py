@@ -73,8 +73,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .patches import MISSING, PatchFormatError, apply_patch
-from .task import TaskError, list_tasks, load_task
+from ai4ai.repo.patches import MISSING, PatchFormatError, apply_patch
+from ai4ai.core.task import TaskError, list_tasks, load_task
 
 LABELS = ("none", "hyperparameters", "engineering", "algorithm", "unclassified")
 _RANK = {"none": 0, "hyperparameters": 1, "engineering": 2, "algorithm": 3}

@@ -8,8 +8,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .provenance import tree_sha256
-from .task import Task
+from ai4ai.core.provenance import tree_sha256
+from ai4ai.core.task import Task
 
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
 

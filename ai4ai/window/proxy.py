@@ -20,17 +20,18 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import PROJECT_ROOT
-from .console import say
-from .context import RunContext
-from .evaluation import WorkerError, run_worker
-from .grading import eval_spec
-from .layout import RunDir, write_json
-from .scoring import Anchors, sigma
-from .submission import Submission, from_workspace
-from .preparing import data_mounts
-from .training import build_training_copy, device_lock, run_training, stage_dir, training_seed
-from .trajectory import PROXY, SUBMIT, Trajectory, rank
+from ai4ai import PROJECT_ROOT
+from ai4ai.core.console import say
+from ai4ai.grading.context import RunContext
+from ai4ai.grading.evaluation import WorkerError, run_worker
+from ai4ai.grading.seeds import eval_spec
+from ai4ai.core.layout import RunDir, write_json
+from ai4ai.core.scoring import Anchors, sigma
+from ai4ai.sandbox import launcher, proxy_client
+from ai4ai.repo.submission import Submission, from_workspace
+from ai4ai.repo.preparing import data_mounts
+from ai4ai.grading.training import build_training_copy, device_lock, run_training, stage_dir, training_seed
+from ai4ai.core.trajectory import PROXY, SUBMIT, Trajectory, rank
 
 MAX_REQUEST = 4096
 MAX_CALLS = 1000                 # a flood of calls ends here; each call is still charged to the window
@@ -237,9 +238,9 @@ def client_bin(run_dir: Path) -> Path:
     """A folder holding `ai4ai-proxy` and `ai4ai-launch` (bound read-only into the agent's sandbox)."""
     d = RunDir(run_dir).bin
     d.mkdir(parents=True, exist_ok=True)
-    for src, name in (("proxy_client.py", "ai4ai-proxy"), ("proxy_client.py", "ai4ai-time"), ("launcher.py", "ai4ai-launch")):
+    for src, name in ((proxy_client, "ai4ai-proxy"), (proxy_client, "ai4ai-time"), (launcher, "ai4ai-launch")):
         target = d / name
-        shutil.copyfile(PROJECT_ROOT / "ai4ai" / src, target)
+        shutil.copyfile(src.__file__, target)
         target.chmod(0o755)
     return d
 

@@ -47,13 +47,13 @@ from pathlib import Path
 
 import yaml
 
-from . import PROJECT_ROOT
-from .console import say
-from .hidden import load_grader
-from .layout import file_lock
-from .provenance import model_sha256, python_executable, task_version, tree_sha256
-from .task import Task, TaskError
-from .workspace import copy_repo, make_writable
+from ai4ai import PROJECT_ROOT
+from ai4ai.core.console import say
+from ai4ai.core.hidden import load_grader
+from ai4ai.core.layout import file_lock
+from ai4ai.core.provenance import model_sha256, python_executable, task_version, tree_sha256
+from ai4ai.core.task import Task, TaskError
+from ai4ai.repo.workspace import copy_repo, make_writable
 
 # The tasks that start from a prepared LM and take task.model_path, in the order they gained it.
 OWN_MODEL_TASKS = ("sft", "dpo", "reward_model", "distillation", "pruning", "unlearning")
@@ -366,7 +366,7 @@ def register(task: Task, info: ModelInfo, frozen_repo: str) -> None:
     entries.append({"task_version": version, "frozen_repo": frozen_repo, "model_sha256": info.sha256, "path": info.path,
                     "architecture": info.architecture, "n_params": info.n_params, "vocab_size": info.vocab_size})
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("# Written by ai4ai.models: the models brought with task.model_path, by task version.\n"
+    tmp.write_text("# Written by ai4ai.repo.models: the models brought with task.model_path, by task version.\n"
                    + yaml.safe_dump({"models": entries}, sort_keys=False))
     tmp.replace(path)
 

@@ -21,9 +21,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .meter import held_files
-from .patches import apply_patch, lines as _lines, unified_diff
-from .task import Task
+from ai4ai.repo.meter import held_files
+from ai4ai.repo.patches import apply_patch, lines as _lines, unified_diff
+from ai4ai.core.task import Task
 
 MAX_PATCH_BYTES = 100_000
 MAX_STRING_LITERAL = 4_096        # characters in one str/bytes literal

@@ -1,6 +1,6 @@
 """Selection and hidden evaluation, in a separate process that imports only pristine code.
 
-The parent writes a spec (JSON) and runs `ai4ai.evaluation.main([SPEC, OUT])` in a fresh interpreter (its own
+The parent writes a spec (JSON) and runs `ai4ai.grading.evaluation.main([SPEC, OUT])` in a fresh interpreter (its own
 copy of the harness, see _BOOT) with its bytecode
 redirected to a harness-private cache (outputs/.cache/eval-pycache) that no sandbox mounts, so
 no planted .pyc is ever read, and the libraries' bytecode is reused across gradings (compiling
@@ -27,9 +27,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import PROJECT_ROOT
-from .hidden import load_grader
-from .scoring import phi
+from ai4ai import PROJECT_ROOT
+from ai4ai.core.hidden import load_grader
+from ai4ai.core.scoring import phi
 
 CKPT_RE = re.compile(r"^ckpt_(\d{8})\.safetensors$")
 MAX_CKPT_OVERHEAD = 1 << 20     # header slack beyond the raw parameter bytes
@@ -59,7 +59,7 @@ class WorkerError(RuntimeError):
 # imported, so nothing else of the project root (e.g. ai4ai_kernels/) is importable by name afterwards.
 # After the result file is written the worker leaves at once: an interpreter that has imported torch
 # and transformers takes ~2 s here to tear them down, for nothing (measured: exit 2.1 s, os._exit 0.1 s).
-_BOOT = ("import os, sys; root = sys.argv.pop(1); sys.path.insert(0, root); import ai4ai.evaluation as ev; "
+_BOOT = ("import os, sys; root = sys.argv.pop(1); sys.path.insert(0, root); import ai4ai.grading.evaluation as ev; "
          "sys.path.remove(root); ev.main(sys.argv[1:]); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)")
 
 
@@ -90,7 +90,7 @@ def run_worker(spec: EvalSpec, workdir: Path, timeout_s: float = 3600) -> dict:
     env.update(PYTHONPYCACHEPREFIX=str(PROJECT_ROOT / "outputs" / ".cache" / "eval-pycache"),
                OMP_NUM_THREADS=str(spec.threads), MKL_NUM_THREADS=str(spec.threads),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(PROJECT_ROOT.resolve())
     r = subprocess.run([sys.executable, "-c", _BOOT, root, str(spec_path), str(out_path)],
                        env=env, cwd=str(workdir), capture_output=True, text=True, timeout=timeout_s)
     (workdir / "eval.log").write_text(r.stdout + r.stderr)

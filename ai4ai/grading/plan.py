@@ -1,6 +1,6 @@
 """What a dry run says about the cost of a scale: sizes, expected GPU minutes, memory, what to prepare.
 
-    from ai4ai.plan import plan_lines
+    from ai4ai.grading.plan import plan_lines
     for line in plan_lines(task, "full"): print(line)
 
 The figures come from the task config's `estimate` and `peak_gpu_gib` (conf/task/<task>.yaml, full),
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import PROJECT_ROOT
-from . import preparing as prep
-from .task import Task
+from ai4ai import PROJECT_ROOT
+from ai4ai.repo import preparing as prep
+from ai4ai.core.task import Task
 
 UNIT_NAMES = {"tokens": "tokens", "samples": "sampled trajectories", "env_steps": "environment steps",
               "graphs": "graphs", "examples": "examples"}

@@ -10,8 +10,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from . import SCHEMA
-from .scoring import Scored
+from ai4ai import SCHEMA
+from ai4ai.core.scoring import Scored
 
 STATUSES = ("graded", "invalid", "error")
 RAW_KEYS = ("metric", "direction", "per_seed", "mean", "std")

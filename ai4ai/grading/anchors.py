@@ -26,18 +26,18 @@ from pathlib import Path
 
 import yaml
 
-from . import hostspeed
-from .console import say
-from .context import Key, RunContext
-from .evaluation import EvalSpec, run_worker
-from .grading import grade_seeds
-from .hostspeed import Speed
-from .layout import RunDir, file_lock, write_json
-from .plan import calibration_cut, calibration_estimate_s
-from .provenance import versions
-from .scoring import Anchors, phi, phi_mean_raw
-from .submission import Submission
-from .task import Task
+from ai4ai.core import hostspeed
+from ai4ai.core.console import say
+from ai4ai.grading.context import Key, RunContext
+from ai4ai.grading.evaluation import EvalSpec, run_worker
+from ai4ai.grading.seeds import grade_seeds
+from ai4ai.core.hostspeed import Speed
+from ai4ai.core.layout import RunDir, file_lock, write_json
+from ai4ai.grading.plan import calibration_cut, calibration_estimate_s
+from ai4ai.core.provenance import versions
+from ai4ai.core.scoring import Anchors, phi, phi_mean_raw
+from ai4ai.repo.submission import Submission
+from ai4ai.core.task import Task
 
 METERED_SCALES = ("ci", "smoke")
 

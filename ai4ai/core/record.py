@@ -8,7 +8,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from .layout import file_lock
+from ai4ai.core.layout import file_lock
 
 COLUMNS = ("run_dir", "task", "agent", "agent_config_sha", "scale", "seed", "benchmark_version",
            "device_class", "status", "score", "raw_mean", "started_at", "result")
