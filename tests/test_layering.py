@@ -24,7 +24,7 @@ FOLDERS = [
     # the sandbox and what is copied into it (launcher, proxy_client, meter_wire: no ai4ai imports)
     ("sandbox", ["__init__", "launcher", "proxy_client", "meter_wire", "package_data", "box"]),
     # the frozen repo and the agent's submission against it
-    ("repo", ["__init__", "workspace", "models", "preparing", "meter", "patches", "submission"]),
+    ("repo", ["__init__", "workspace", "models", "preparing", "meter", "patches", "leaks", "submission"]),
     # grading one submission: context -> train a seed -> evaluate -> grade seeds -> anchors
     ("grading", ["__init__", "plan", "context", "evaluation", "training", "seeds", "anchors"]),
     # the agent's window: what it reads, the API gateway its CLI talks to, the proxy it calls

@@ -11,6 +11,7 @@ from pathlib import Path
 from ai4ai.core.provenance import tree_sha256
 from ai4ai.core.task import Task
 
+SKIP_DIRS = {".git", "__pycache__", ".ipynb_checkpoints"}     # what a walk over a repo copy skips
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
 
 

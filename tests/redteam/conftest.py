@@ -125,7 +125,7 @@ def grade_train_py(compose_cfg, tmp_path: Path, task, new_train_py: str, name: s
 def information_rejections(task, tmp_path: Path, new_train_py: str, scale: str = "ci") -> dict:
     """What the patch checks' information check says of `new_train_py` as the task's train.py, against
     a pristine copy of the repo ({} when it is accepted)."""
-    from ai4ai.repo.submission import check_information
+    from ai4ai.repo.leaks import check_information
     from ai4ai.repo.workspace import pristine_copy
     pristine = pristine_copy(task, tmp_path / "pristine")
     return check_information(task, pristine, {"train.py": ((pristine / "train.py").read_text(), new_train_py)}, scale)

@@ -16,7 +16,8 @@ import tokenize
 import pytest
 
 from ai4ai import PROJECT_ROOT, pipeline
-from ai4ai.repo.submission import HELD_COVER_MAX, from_patch, unified_diff
+from ai4ai.repo.leaks import HELD_COVER_MAX
+from ai4ai.repo.submission import from_patch, unified_diff
 from ai4ai.core.task import list_tasks, load_task
 from ai4ai.analysis.tuning import point_patch
 
@@ -101,7 +102,7 @@ def test_nothing_shipped_is_taken_for_a_held_copy(name):
 
 
 def test_the_share_leaves_room_between_related_code_and_a_copy():
-    from ai4ai.repo.submission import _shingles
+    from ai4ai.repo.leaks import _shingles
     held = _shingles(LEVELS)
     same_hand = _shingles((TASK.repo / "env.py").read_text())
     assert len(held & same_hand) / len(held) < HELD_COVER_MAX / 5

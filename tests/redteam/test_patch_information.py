@@ -20,7 +20,8 @@ import textwrap
 import pytest
 
 from ai4ai.repo.patches import apply_hunks, parse_patch
-from ai4ai.repo.submission import INFO_FLOOR_BYTES, MAX_PATCH_BYTES, MAX_STRING_LITERAL, from_patch, unified_diff
+from ai4ai.repo.leaks import INFO_FLOOR_BYTES, MAX_STRING_LITERAL
+from ai4ai.repo.submission import MAX_PATCH_BYTES, from_patch, unified_diff
 
 from .conftest import copy_tree, train_py_patch
 
