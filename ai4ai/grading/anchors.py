@@ -381,7 +381,7 @@ def verify(ctx: RunContext, rec: Record, workdir: Path, seeds: list[int] | None 
     """Retrain the shipped algorithm here on the record's calibration seeds (all, or `seeds` among them)
     and compare each seed's metric with the stored one; store nothing. The check that a record still
     describes the code it is keyed to: a record carried to a new task version by
-    benchmarks/rekey_anchors.py across a change that did move training fails it. A seed agrees when phi
+    tools/rekey_anchors.py across a change that did move training fails it. A seed agrees when phi
     differs by at most half the record's seed std (at least REPRODUCE_FLOOR), as for measure_cpu."""
     task = ctx.task
     stored = dict(zip((int(s) for s in rec.raw["seeds"]), (float(v) for v in rec.raw["baseline_per_seed"])))

@@ -212,7 +212,155 @@ def _json_depth(text: str) -> int:
     return deepest
 
 
+class _Judge:
+    """The worker's grader and model, and the one rule for a grader's exception: the submission's
+    fault (InvalidCheckpoint) unless the same evaluation of pristine weights fails too."""
+
+    def __init__(self, spec: EvalSpec, grader, build, device):
+        self.spec, self.grader, self._build, self._device = spec, grader, build, device
+        self._controls: dict = {}
+
+    def fresh(self):
+        return self._build(self.spec.scale).to(self._device)
+
+    def judged(self, path: Path, key: str, run, control):
+        """run() evaluates the submission's weights; any exception it raises is the submission's
+        fault (InvalidCheckpoint) unless control() (the same evaluation of pristine weights, the
+        no-information model, without metadata) fails as well: then the grader is at fault, raised."""
+        try:
+            return run()
+        except InvalidCheckpoint:
+            raise
+        except MemoryError:
+            raise               # the machine's, not the weights': the model's size is pristine
+        except Exception as e:  # noqa: BLE001 - what the grader computes from weights is the submission's
+            if type(e).__name__ == "OutOfMemoryError":
+                raise
+            if key not in self._controls:
+                try:
+                    control(self.grader.uninformative(self.fresh()).eval(), {"scale": self.spec.scale, "metadata": {}})
+                    self._controls[key] = None
+                except Exception as c:  # noqa: BLE001
+                    self._controls[key] = c
+            if self._controls[key] is not None:
+                raise RuntimeError(f"the grader fails on pristine weights too ({key})") from e
+            raise InvalidCheckpoint(f"{path.name}: the grader raised {type(e).__name__} evaluating these weights "
+                                    f"({key})") from None
+
+    def metric(self, path: Path, split_name: str, split, cfg, digest=None) -> float:
+        def evaluate(model, c):
+            return float(self.grader.evaluate(model, split, c))
+
+        def run():
+            raw = evaluate(load_strict(self.fresh(), path, digest), cfg)
+            if not math.isfinite(raw):
+                raise InvalidCheckpoint(f"{path.name}: {split_name} metric is {raw}")
+            return raw
+        return self.judged(path, f"{split_name} split", run, evaluate)
+
+    def test_metric(self, path: Path, test, cfg) -> dict:
+        """The chosen candidate on the test split, with the standard error of its excess where the
+        grader gives one."""
+        grader = self.grader
+        if not hasattr(grader, "evaluate_with_noise"):
+            return {"test_metric": self.metric(path, "test", test, cfg)}
+
+        def with_noise(model, c):
+            raw, se = grader.evaluate_with_noise(model, test, c)
+            return float(raw), float(se)
+
+        def run():
+            raw, se = with_noise(load_strict(self.fresh(), path), cfg)
+            if not math.isfinite(raw):
+                raise InvalidCheckpoint(f"{path.name}: test metric is {raw}")
+            return raw, se
+        raw, se = self.judged(path, "test split", run, with_noise)
+        return {"test_metric": raw, "test_excess_se": se}
+
+
+def _anchors(judge: _Judge) -> dict:
+    """The no-information model's metric and the best attainable one, on test (and validation)."""
+    grader = judge.grader
+    out: dict = {"candidates": []}
+    test = grader.split("test", None)
+    out["no_info"] = grader.evaluate(grader.uninformative(judge.fresh()).eval(), test, None)
+    out["best"] = grader.best_attainable(test, None) if hasattr(grader, "best_attainable") else None
+    if "validation" in grader.SPLITS:
+        val = grader.split("validation", None)
+        out["validation_no_info"] = grader.evaluate(grader.uninformative(judge.fresh()).eval(), val, None)
+        out["validation_best"] = grader.best_attainable(val, None) if hasattr(grader, "best_attainable") else None
+    return out
+
+
+def _proxy(judge: _Judge) -> dict:
+    """The agent's proxy: the newest valid checkpoint on the visible validation split only."""
+    spec = judge.spec
+    out: dict = {"candidates": []}
+    val = judge.grader.split("validation", None)
+    for c in reversed(spec.candidates):
+        path = Path(c)
+        rec = {"name": path.name}
+        try:
+            cfg = {"scale": spec.scale, "metadata": read_metadata(path, spec.metadata_keys)}
+            out["validation_metric"] = judge.metric(path, "validation", val, cfg)
+            out["chosen"] = path.name
+            return out
+        except InvalidCheckpoint as e:
+            rec.update(valid=False, reason=str(e))
+            out["candidates"].append(rec)
+    out["chosen"] = None
+    return out
+
+
+def _grade(judge: _Judge) -> dict:
+    """Selection over every candidate, then the best valid one on the hidden test split."""
+    spec, grader = judge.spec, judge.grader
+    out: dict = {"candidates": []}
+    selection = grader.split("selection", None)
+    ranked = []
+    for i, c in enumerate(spec.candidates):
+        path = Path(c)
+        m = CKPT_RE.match(path.name)
+        rec = {"name": path.name, "step": int(m.group(1)) if m else None, "metadata": {}}
+        try:
+            rec["metadata"] = read_metadata(path, spec.metadata_keys)
+            digest: dict = {}
+            raw = judge.metric(path, "selection", selection, {"scale": spec.scale, "metadata": rec["metadata"]}, digest)
+            rec.update(valid=True, selection_metric=raw, weights_sha256=digest["sha256"])
+            ranked.append((phi(raw, spec.direction, spec.transform), i))
+        except InvalidCheckpoint as e:
+            rec.update(valid=False, reason=str(e), selection_metric=None)
+        out["candidates"].append(rec)
+    test = None
+    # Best on the selection split first; a candidate the test evaluation cannot judge (the grader
+    # raising on its weights, a non-finite metric) is invalid and the next best is taken.
+    for _, i in sorted(ranked, key=lambda x: (-x[0], x[1])):
+        rec, chosen = out["candidates"][i], Path(spec.candidates[i])
+        cfg = {"scale": spec.scale, "metadata": rec["metadata"]}
+        test = grader.split("test", None) if test is None else test
+        try:
+            out.update(judge.test_metric(chosen, test, cfg))
+        except InvalidCheckpoint as e:
+            rec.update(valid=False, reason=str(e))
+            continue
+        out["chosen"] = chosen.name
+        out["weights_sha256"] = rec["weights_sha256"]
+        if "validation" in grader.SPLITS:
+            try:   # reported beside the score, never part of it: a failure here only leaves it empty
+                out["validation_metric"] = judge.metric(chosen, "validation", grader.split("validation", None), cfg)
+            except InvalidCheckpoint:
+                out["validation_metric"] = None
+        return out
+    out["chosen"] = None
+    return out
+
+
+MODES = {"anchors": _anchors, "proxy": _proxy, "grade": _grade}
+
+
 def _worker(spec: EvalSpec) -> dict:
+    if spec.mode not in MODES:
+        raise ValueError(f"evaluation mode {spec.mode!r}: use one of {sorted(MODES)}")
     import torch
 
     torch.set_num_threads(spec.threads)
@@ -227,125 +375,7 @@ def _worker(spec: EvalSpec) -> dict:
         if name == mod_name and not f.startswith(spec.repo):
             raise RuntimeError(f"model module {name} imported from {f}, not the pristine copy")
     grader = load_grader(spec.task, Path(spec.grader))
-    device = torch.device(spec.device)
-
-    def fresh():
-        return build(spec.scale).to(device)
-
-    out: dict = {"candidates": []}
-    if spec.mode == "anchors":
-        test = grader.split("test", None)
-        out["no_info"] = grader.evaluate(grader.uninformative(fresh()).eval(), test, None)
-        out["best"] = grader.best_attainable(test, None) if hasattr(grader, "best_attainable") else None
-        if "validation" in grader.SPLITS:
-            val = grader.split("validation", None)
-            out["validation_no_info"] = grader.evaluate(grader.uninformative(fresh()).eval(), val, None)
-            out["validation_best"] = grader.best_attainable(val, None) if hasattr(grader, "best_attainable") else None
-        return out
-
-    controls: dict = {}
-
-    def judged(path: Path, key: str, run, control):
-        """run() evaluates the submission's weights; any exception it raises is the submission's
-        fault (InvalidCheckpoint) unless control() (the same evaluation of pristine weights, the
-        no-information model, without metadata) fails as well: then the grader is at fault, raised."""
-        try:
-            return run()
-        except InvalidCheckpoint:
-            raise
-        except MemoryError:
-            raise               # the machine's, not the weights': the model's size is pristine
-        except Exception as e:  # noqa: BLE001 - what the grader computes from weights is the submission's
-            if type(e).__name__ == "OutOfMemoryError":
-                raise
-            if key not in controls:
-                try:
-                    control(grader.uninformative(fresh()).eval(), {"scale": spec.scale, "metadata": {}})
-                    controls[key] = None
-                except Exception as c:  # noqa: BLE001
-                    controls[key] = c
-            if controls[key] is not None:
-                raise RuntimeError(f"the grader fails on pristine weights too ({key})") from e
-            raise InvalidCheckpoint(f"{path.name}: the grader raised {type(e).__name__} evaluating these weights "
-                                    f"({key})") from None
-
-    def metric(path: Path, split_name: str, split, cfg, digest=None) -> float:
-        def evaluate(model, c):
-            return float(grader.evaluate(model, split, c))
-
-        def run():
-            raw = evaluate(load_strict(fresh(), path, digest), cfg)
-            if not math.isfinite(raw):
-                raise InvalidCheckpoint(f"{path.name}: {split_name} metric is {raw}")
-            return raw
-        return judged(path, f"{split_name} split", run, evaluate)
-
-    if spec.mode == "proxy":
-        # The agent's proxy: the newest valid checkpoint on the visible validation split only.
-        val = grader.split("validation", None)
-        for c in reversed(spec.candidates):
-            path = Path(c)
-            rec = {"name": path.name}
-            try:
-                cfg = {"scale": spec.scale, "metadata": read_metadata(path, spec.metadata_keys)}
-                out["validation_metric"] = metric(path, "validation", val, cfg)
-                out["chosen"] = path.name
-                return out
-            except InvalidCheckpoint as e:
-                rec.update(valid=False, reason=str(e))
-                out["candidates"].append(rec)
-        out["chosen"] = None
-        return out
-
-    selection = grader.split("selection", None)
-    ranked = []
-    for i, c in enumerate(spec.candidates):
-        path = Path(c)
-        m = CKPT_RE.match(path.name)
-        rec = {"name": path.name, "step": int(m.group(1)) if m else None, "metadata": {}}
-        try:
-            rec["metadata"] = read_metadata(path, spec.metadata_keys)
-            digest: dict = {}
-            raw = metric(path, "selection", selection, {"scale": spec.scale, "metadata": rec["metadata"]}, digest)
-            rec.update(valid=True, selection_metric=raw, weights_sha256=digest["sha256"])
-            ranked.append((phi(raw, spec.direction, spec.transform), i))
-        except InvalidCheckpoint as e:
-            rec.update(valid=False, reason=str(e), selection_metric=None)
-        out["candidates"].append(rec)
-    test = None
-    # Best on the selection split first; a candidate the test evaluation cannot judge (the grader
-    # raising on its weights, a non-finite metric) is invalid and the next best is taken.
-    for _, i in sorted(ranked, key=lambda x: (-x[0], x[1])):
-        rec, chosen = out["candidates"][i], Path(spec.candidates[i])
-        cfg = {"scale": spec.scale, "metadata": rec["metadata"]}
-        test = grader.split("test", None) if test is None else test
-        try:
-            if hasattr(grader, "evaluate_with_noise"):
-                def with_noise(model, c):
-                    raw, se = grader.evaluate_with_noise(model, test, c)
-                    return float(raw), float(se)
-
-                def run():
-                    raw, se = with_noise(load_strict(fresh(), chosen), cfg)
-                    if not math.isfinite(raw):
-                        raise InvalidCheckpoint(f"{chosen.name}: test metric is {raw}")
-                    return raw, se
-                out["test_metric"], out["test_excess_se"] = judged(chosen, "test split", run, with_noise)
-            else:
-                out["test_metric"] = metric(chosen, "test", test, cfg)
-        except InvalidCheckpoint as e:
-            rec.update(valid=False, reason=str(e))
-            continue
-        out["chosen"] = chosen.name
-        out["weights_sha256"] = rec["weights_sha256"]
-        if "validation" in grader.SPLITS:
-            try:   # reported beside the score, never part of it: a failure here only leaves it empty
-                out["validation_metric"] = metric(chosen, "validation", grader.split("validation", None), cfg)
-            except InvalidCheckpoint:
-                out["validation_metric"] = None
-        return out
-    out["chosen"] = None
-    return out
+    return MODES[spec.mode](_Judge(spec, grader, build, torch.device(spec.device)))
 
 
 def main(argv: list[str]) -> None:

@@ -276,7 +276,7 @@ def committed_graded(task: Task, scale: str) -> Path | None:
     if problems:
         raise RuntimeError(f"{task.name}: the committed graded models in {folder} are damaged ({'; '.join(problems)}); "
                            f"restore them from git (git checkout -- {folder.relative_to(PROJECT_ROOT) if folder.is_relative_to(PROJECT_ROOT) else folder}) "
-                           f"or remake them with `python benchmarks/commit_graded_artifacts.py {task.name} {scale}`")
+                           f"or remake them with `python tools/commit_graded_artifacts.py {task.name} {scale}`")
     return folder
 
 
@@ -290,7 +290,7 @@ def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Pa
     instance's (training.build_training_copy); the agent's own runs keep the committed ones.
     `graded`: the graded instance's files (grading_mounts' folder), when the caller has them.
     Where the grader commits them for `scale` (committed_graded), those are used instead;
-    `committed=False` makes them anyway (benchmarks/commit_graded_artifacts.py)."""
+    `committed=False` makes them anyway (tools/commit_graded_artifacts.py)."""
     # with your own model the derived task keeps the artifacts step only where its output is used beside
     # your model (distillation's teacher, which depends on the instance); elsewhere yours replaces it
     if not task.grading_artifacts or task.artifacts is None:

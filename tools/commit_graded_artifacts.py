@@ -1,6 +1,6 @@
 """Commit a task's graded-instance prepared models for CPU scales beside its hidden grader.
 
-    python benchmarks/commit_graded_artifacts.py TASK SCALE [SCALE ...]
+    python tools/commit_graded_artifacts.py TASK SCALE [SCALE ...]
 
 A task graded on a fresh instance (data.grading) whose prepared models depend on that instance
 (data.grading_artifacts: sft's base model, distillation's teacher) gets them from the repo's own
@@ -11,7 +11,7 @@ a grading takes, preparing.graded_artifacts with committed=False) and copies wha
 
 The files move the task version (they are part of the hidden grader): recalibrate SCALE afterwards,
 or, where the committed bytes are the ones this host class already graded with, re-key only this
-class's records (benchmarks/rekey_anchors.py --device-class).
+class's records (tools/rekey_anchors.py --device-class).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Move anchor records of an older task version to the current one, without recalibrating.
 
-    python benchmarks/rekey_anchors.py TASK OLD_VERSION [OLD_VERSION ...] [--scales ci,smoke]
+    python tools/rekey_anchors.py TASK OLD_VERSION [OLD_VERSION ...] [--scales ci,smoke]
                                        [--device-class CLASS]
 
 Only for a change that is shown not to move what the shipped algorithm trains (e.g. identical

@@ -1,6 +1,6 @@
 """Give records of a task's current version the device class they were measured on.
 
-    python benchmarks/relabel_device_class.py TASK FROM_CLASS TO_CLASS [--scales ci,smoke]
+    python tools/relabel_device_class.py TASK FROM_CLASS TO_CLASS [--scales ci,smoke]
 
 A CPU's device class once named its model and threads only ("cpu:AMD EPYC:1"); it now names the
 instruction set of torch's kernels too ("cpu:AMD EPYC:AVX512:1", provenance.cpu_capability). A
