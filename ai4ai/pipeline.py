@@ -76,7 +76,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     if outcome.error:      # the agent never worked (e.g. never reached its model API): error, not graded
         say(f"agent error: {outcome.error}")
         scored = Scored("error", outcome.error, [], [], None, None, None)
-        return finish(ctx, cell, sub, scored, [], record_, agent_timing(outcome), agent_cost(outcome.usage))
+        return finish(ctx, cell, record_, Graded(sub, scored, [], agent_timing(outcome), agent_cost(outcome.usage)))
     record.mark_cell(cell.db, cell.key, ctx.run_dir, "agent_done")
     return grade_and_record(ctx, cell, sub, record_, agent_timing(outcome), agent_cost(outcome.usage))  # 7.
 
@@ -212,31 +212,42 @@ def grade_and_record(ctx: RunContext, cell: Cell, sub: Submission, record_: anch
                   train_s=round(sum(r.train_s for r in seed_results), 2), cap_s=round(grading.cap_s, 1),
                   cpu_cap_s=grading.cpu_cap_s, train_cpu_s=round(sum(r.cpu_s or 0.0 for r in seed_results), 2),
                   host_speed=grading.host_speed)
-    out = finish(ctx, cell, sub, scored, seed_results, record_, timing, cost, seeds, started_at)
+    out = finish(ctx, cell, record_, Graded(sub, scored, seed_results, timing, cost, seeds, started_at))
     if cell.key is not None and (repeated or out["status"] != "error"):
         record.mark_cell(cell.db, cell.key, ctx.run_dir, record.ERROR_REPEATED if repeated else "graded")
     return out
 
 
-def finish(ctx: RunContext, cell: Cell, sub: Submission, scored: Scored, seed_results: list,
-           record_: anchors.Record | None, timing: dict, cost: dict | None, seeds: list[int] | None = None,
-           started_at: str | None = None) -> dict:
-    """result.json and the results database row, and the run's final line. `started_at`: the agent
-    phase's start when there was one (agent_outcome.json), else this grading's."""
+@dataclass(frozen=True)
+class Graded:
+    """What step 7 (or an agent that never worked) leaves to be recorded: built once, then `finish`."""
+    sub: Submission
+    scored: Scored
+    seed_results: list
+    timing: dict
+    cost: dict | None
+    seeds: list | None = None        # the grader seeds; None: the scale's
+    started_at: str | None = None    # this grading's start, when no agent phase started the run
+
+
+def finish(ctx: RunContext, cell: Cell, record_: anchors.Record | None, g: Graded) -> dict:
+    """result.json and the results database row, and the run's final line. The run's start is the
+    agent phase's when there was one (agent_outcome.json), else this grading's."""
     rd = RunDir(ctx.run_dir)
     outcome = read_json(rd.agent_outcome, {})
-    res = results.build(
-        ctx, agent=cell.label, agent_config=cell.agent_cfg, seed=cell.seed,
-        seeds=seeds or list(ctx.task.scale(ctx.scale).grader_seeds), scored=scored, seed_results=seed_results,
-        record=record_, submission=sub.summary(),
+    measured = results.Measured(
+        agent=cell.label, agent_config=cell.agent_cfg, seed=cell.seed,
+        seeds=g.seeds or list(ctx.task.scale(ctx.scale).grader_seeds), scored=g.scored, seed_results=g.seed_results,
+        submission=g.sub.summary(),
         trajectory=trajectory_summary(rd.trajectory, ctx.task.metric.direction) if rd.trajectory.exists() else dict(EMPTY_SUMMARY),
-        timing=timing, cost=cost,
+        timing=g.timing, cost=g.cost,
         provenance={**versions(), "repo_sha256": tree_sha256(ctx.task.repo),
                     "grader_sha256": tree_sha256(ctx.task.grader, UNVERSIONED),
                     "device_class": ctx.key.device_class, "threads": ctx.threads,
-                    "started_at": outcome.get("started_at") or started_at or record.now(), "task_overridden": ctx.task_overridden,
-                    "model": provenance_record(ctx.task)},      # task.model_path's model; None: the repo's own
-    ).as_dict()
+                    "started_at": outcome.get("started_at") or g.started_at or record.now(),
+                    "task_overridden": ctx.task_overridden,
+                    "model": provenance_record(ctx.task)})      # task.model_path's model; None: the repo's own
+    res = results.build(ctx, record_, measured).as_dict()
     results.validate(res)
     write_json(rd.result, res)
     record.insert(cell.db, res, ctx.run_dir)

@@ -24,9 +24,9 @@ def test_a_cut_from_a_slow_spell_is_trained_again_and_the_second_run_stands(comp
     real, calls = grading.train_and_evaluate, []
 
     def slow_then_normal(c, *args):
-        calls.append(c.cpu_cap_s)
+        calls.append(c.ctx.cpu_cap_s)
         # the first training meets a "slow spell": a cap it cannot finish under; the second has room
-        return real(replace(c, cpu_cap_s=0.5 if len(calls) == 1 else 600.0), *args)
+        return real(replace(c, ctx=replace(c.ctx, cpu_cap_s=0.5 if len(calls) == 1 else 600.0)), *args)
     monkeypatch.setattr(grading, "train_and_evaluate", slow_then_normal)
     (r,) = grading.grade_seeds(ctx, anchors.empty_submission(), [0], tmp_path / "g")
     assert len(calls) == 2

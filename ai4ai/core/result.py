@@ -76,26 +76,41 @@ def _seed_entry(r) -> dict:
             "host_idle_cores": r.host_idle_cores, "weights_sha256": r.weights_sha256, "served": r.served}
 
 
-def build(ctx, *, agent: str, agent_config: dict, seed: int, seeds: list, scored: Scored, seed_results: list,
-          record, submission: dict, timing: dict, cost: dict | None, trajectory: dict, provenance: dict) -> Result:
-    """The result of a run from its context (context.RunContext), its anchor record (anchors.Record,
-    or None when the run errored before anchors existed) and what it measured."""
-    m = ctx.task.metric
+@dataclass(frozen=True)
+class Measured:
+    """What one run measured, as the pipeline hands it to `build`: built once, read once."""
+    agent: str                     # the cell's label (e.g. claude:sonnet, patch:muon)
+    agent_config: dict
+    seed: int                      # the cell's seed (the agent's)
+    seeds: list                    # the grader seeds
+    scored: Scored
+    seed_results: list             # grading.seeds.SeedResult, one per grader seed
+    submission: dict               # Submission.summary()
+    timing: dict
+    cost: dict | None              # from the API gateway; None: no agent API was used
+    trajectory: dict
+    provenance: dict
+
+
+def build(ctx, record, m: Measured) -> Result:
+    """The result of a run from its context (grading.context.RunContext), its anchor record
+    (grading.anchors.Record, or None when the run errored before anchors existed) and what it measured."""
+    metric, scored = ctx.task.metric, m.scored
     anchors = ({"no_info": record.anchors.no_info, "baseline": record.anchors.baseline, "best": record.anchors.best,
                 "provenance": {"key": record.key.as_dict(), "match": record.match, "phi_std": record.phi_std,
                                **record.raw.get("provenance", {})}} if record is not None else {})
     return Result(
-        schema=SCHEMA, benchmark_version=ctx.version, task=ctx.task.name, family=ctx.task.family, agent=agent,
-        agent_config=agent_config, scale=ctx.scale, seed=seed, seeds=list(seeds), status=scored.status,
+        schema=SCHEMA, benchmark_version=ctx.version, task=ctx.task.name, family=ctx.task.family, agent=m.agent,
+        agent_config=m.agent_config, scale=ctx.scale, seed=m.seed, seeds=list(m.seeds), status=scored.status,
         reason=scored.reason, flags=list(scored.flags),
-        raw={"metric": m.name, "direction": m.direction, "transform": m.transform, "per_seed": scored.raw_per_seed,
-             "mean": scored.raw_mean, "std": scored.raw_std},
+        raw={"metric": metric.name, "direction": metric.direction, "transform": metric.transform,
+             "per_seed": scored.raw_per_seed, "mean": scored.raw_mean, "std": scored.raw_std},
         anchors=anchors, score=scored.score, score_per_seed=scored.score_per_seed,
         score_interval=scored.interval(record.anchors, ctx.task) if record is not None else None,
-        checkpoints={"per_seed": [_seed_entry(r) for r in seed_results]}, submission=submission,
-        trajectory=trajectory, timing=timing, cost=cost or dict(EMPTY_COST),
-        sandbox={"backend": ctx.backend, "network": agent_config.get("network") or "none"},
-        provenance=provenance)
+        checkpoints={"per_seed": [_seed_entry(r) for r in m.seed_results]}, submission=m.submission,
+        trajectory=m.trajectory, timing=m.timing, cost=m.cost or dict(EMPTY_COST),
+        sandbox={"backend": ctx.backend, "network": m.agent_config.get("network") or "none"},
+        provenance=m.provenance)
 
 
 def final_line(result: dict, run_dir: Path) -> str:

@@ -72,17 +72,27 @@ def _retrain_after_cpu_cut(ctx: RunContext, first: SeedResult, again, seed_dir: 
     return replace(second, first_cut_cpu_s=first.cpu_s)
 
 
-def train_and_evaluate(ctx: RunContext, train_repo: Path, pristine: Path, seed: int,
-                       seed_dir: Path, extra_mounts: list, extra_env: dict, train_seed: int,
-                       meter_repo: Path | None = None) -> SeedResult:
-    outcome, ckpts, reason = run_training(ctx, train_repo, train_seed, seed_dir, extra_mounts, extra_env,
-                                          f"  seed {seed} training", meter_repo)
+@dataclass(frozen=True)
+class Copies:
+    """What every seed of one grading trains and evaluates with, built once by `grade_seeds`."""
+    ctx: RunContext
+    train_repo: Path               # the submission applied to a pristine copy (without the meter's held files)
+    pristine: Path                 # the copy the evaluation worker builds the model from
+    mounts: list                   # data mounts of a graded run (a fresh instance, where the task has one)
+    env: dict
+    meter_repo: Path | None = None  # the meter's own copy, where it holds a graded prepared model
+
+
+def train_and_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int) -> SeedResult:
+    ctx = c.ctx
+    outcome, ckpts, reason = run_training(ctx, c.train_repo, train_seed, seed_dir, c.mounts, c.env,
+                                          f"  seed {seed} training", c.meter_repo)
     base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out, cpu_s=outcome.cpu_s,
                 cut=outcome.cut, host_idle_cores=outcome.host_idle_cores, training_seed=train_seed,
                 served=read_report(seed_dir / "meter.json") if ctx.task.meter is not None else None)
     if reason:
         return SeedResult(status="invalid", reason=reason, raw=None, **base)
-    res = run_worker(eval_spec(ctx, pristine, ckpts), seed_dir / "eval")
+    res = run_worker(eval_spec(ctx, c.pristine, ckpts), seed_dir / "eval")
     if res["chosen"] is None:
         reasons = "; ".join(c.get("reason", "") for c in res["candidates"])
         return SeedResult(status="invalid", reason=f"no valid checkpoint: {reasons}", raw=None,
@@ -119,6 +129,7 @@ def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Pat
     # lives beside the pristine copy, which no training sandbox mounts
     meter_repo = (build_once(workdir / ".meter" / "repo", lambda d: build_meter_copy(task, d, graded))
                   if meter_needs_graded(task, graded) else None)
+    copies = Copies(ctx, train_repo, pristine, mounts, env, meter_repo)
     results = []
     caps = (f"CPU cap {ctx.cpu_cap_s:.0f} CPU-s, liveness net {ctx.cap_s:.0f} s" if ctx.cpu_cap_s is not None
             else f"cap {ctx.cap_s:.0f}s")
@@ -133,10 +144,10 @@ def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Pat
             try:
                 train_seed = (training_seeds[seed] if training_seeds and seed in training_seeds
                               else training_seed(ctx, f"grade {seed}", seed))
-                r = train_and_evaluate(ctx, train_repo, pristine, seed, seed_dir, mounts, env, train_seed, meter_repo)
+                r = train_and_evaluate(copies, seed, seed_dir, train_seed)
                 if r.cut == "cpu" and ctx.cpu_cap_s is not None:
-                    r = _retrain_after_cpu_cut(ctx, r, lambda d: train_and_evaluate(
-                        ctx, train_repo, pristine, seed, d, mounts, env, train_seed, meter_repo), seed_dir)
+                    r = _retrain_after_cpu_cut(ctx, r, lambda d: train_and_evaluate(copies, seed, d, train_seed),
+                                               seed_dir)
             except EnvironmentFault as e:   # the machine's fault: error, retried on rerun
                 r = SeedResult(seed=seed, status="error", reason=f"environment: {e}", raw=None,
                                train_s=round(ctx.cap_s, 2), timed_out=True, cut="wall")

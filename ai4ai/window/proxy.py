@@ -20,7 +20,6 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ai4ai import PROJECT_ROOT
 from ai4ai.core.console import say
 from ai4ai.grading.context import RunContext
 from ai4ai.grading.evaluation import WorkerError, run_worker
