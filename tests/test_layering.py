@@ -1,8 +1,9 @@
 """The package reads as its data flow: folders are layers, and every module imports only below it.
 
 FOLDERS lists ai4ai's layers bottom-up, each a folder of ai4ai/ with its modules in order
-(docs/architecture.md says the same in prose). A module may import a module of a lower folder, or
-one listed before it in its own folder; `if TYPE_CHECKING:` imports count (a type-only import still
+(docs/architecture.md says the same in prose); a subpackage's modules are listed in its folder as
+`sub/module`, together, with `sub/__init__` (the package itself) where it falls in the order. A
+module may import a module of a lower folder, or one listed before it in its own folder; `if TYPE_CHECKING:` imports count (a type-only import still
 ties two modules in a circle); imports inside functions are not allowed (they exist to dodge a
 cycle); and no module imports a command. The top folder, `ai4ai` itself, holds `pipeline` (the run's
 steps) and the commands (`python -m ai4ai.X`): argument mapping only, imported by nothing. A new
@@ -32,7 +33,10 @@ FOLDERS = [
     # agent kinds (found by module name), on what they share
     ("agents", ["base", "__init__", "cli", "baseline", "command", "patch", "claude", "codex"]),
     # reading runs and tasks: classification, reports, audits, task checks and tuning
-    ("analysis", ["__init__", "classify", "reporting", "auditing", "task_checks", "tuning"]),
+    # (classify: a package, its syntax helpers -> kernel equivalence -> statements -> reachability ->
+    # verdicts, then the package that re-exports them)
+    ("analysis", ["__init__", "classify/syntax", "classify/kernels", "classify/statements", "classify/reach",
+                  "classify/verdict", "classify/__init__", "reporting", "auditing", "task_checks", "tuning"]),
     # the run's steps, then the commands
     ("", ["pipeline", "entry", "run", "grade", "calibrate", "check_task", "audit", "report", "list", "prepare"]),
 ]
@@ -40,8 +44,9 @@ COMMANDS = {f"ai4ai.{m}" for m in ("run", "grade", "calibrate", "check_task", "a
 
 
 def _name(folder: str, mod: str) -> str:
-    parts = ["ai4ai"] + ([folder] if folder else []) + ([] if mod == "__init__" else [mod])
-    return ".".join(parts)
+    """The dotted name of a module listed in FOLDERS (`sub/__init__` is the package `sub`)."""
+    parts = "/".join(p for p in (folder, mod) if p).split("/")
+    return ".".join(["ai4ai"] + (parts[:-1] if parts[-1] == "__init__" else parts))
 
 
 LAYERS = [_name(f, m) for f, mods in FOLDERS for m in mods]
@@ -132,16 +137,23 @@ def test_folders_are_contiguous_layers():
         for m in mods:
             path = PACKAGE / f / f"{m}.py"
             assert path.exists(), f"{_name(f, m)} is listed in folder {f or 'ai4ai'!r} but {path} does not exist"
+        # a subpackage is one band of its folder: its modules are listed together
+        subs = [m.split("/")[0] if "/" in m else None for m in mods]
+        runs = [s for i, s in enumerate(subs) if s and (i == 0 or s != subs[i - 1])]
+        assert len(runs) == len(set(runs)), f"a subpackage of {f!r} is split in FOLDERS: {mods}"
 
 
 def test_the_checker_sees_a_cycle(tmp_path):
-    """The check can fail: an import of a higher folder, of a later module of the same folder, and one
-    inside a function."""
+    """The check can fail: an import of a higher folder, of a later module of the same folder (also
+    within a subpackage), and one inside a function."""
     pkg = tmp_path / "ai4ai"
     (pkg / "core").mkdir(parents=True)
     (pkg / "grading").mkdir()
-    for d in (pkg, pkg / "core", pkg / "grading"):
+    (pkg / "analysis" / "classify").mkdir(parents=True)
+    for d in (pkg, pkg / "core", pkg / "grading", pkg / "analysis", pkg / "analysis" / "classify"):
         (d / "__init__.py").write_text("")
+    (pkg / "analysis" / "classify" / "syntax.py").write_text("from ai4ai.analysis.classify.verdict import x\n")
+    (pkg / "analysis" / "classify" / "verdict.py").write_text("")
     (pkg / "core" / "console.py").write_text("from ..grading.seeds import grade_seeds\n")
     (pkg / "core" / "layout.py").write_text("from ai4ai.core import task\n")
     (pkg / "core" / "task.py").write_text("")
@@ -149,10 +161,15 @@ def test_the_checker_sees_a_cycle(tmp_path):
     mods = {"ai4ai": pkg / "__init__.py", "ai4ai.core": pkg / "core" / "__init__.py",
             "ai4ai.grading": pkg / "grading" / "__init__.py", "ai4ai.core.console": pkg / "core" / "console.py",
             "ai4ai.core.layout": pkg / "core" / "layout.py", "ai4ai.core.task": pkg / "core" / "task.py",
-            "ai4ai.grading.seeds": pkg / "grading" / "seeds.py"}
+            "ai4ai.grading.seeds": pkg / "grading" / "seeds.py", "ai4ai.analysis": pkg / "analysis" / "__init__.py",
+            "ai4ai.analysis.classify": pkg / "analysis" / "classify" / "__init__.py",
+            "ai4ai.analysis.classify.syntax": pkg / "analysis" / "classify" / "syntax.py",
+            "ai4ai.analysis.classify.verdict": pkg / "analysis" / "classify" / "verdict.py"}
     rank = {m: i for i, m in enumerate(LAYERS)}
     bad = _violations(mods, rank)
     assert any("ai4ai.core.console imports ai4ai.grading.seeds" in b and "higher folder" in b for b in bad), bad
     assert any("ai4ai.core.layout imports ai4ai.core.task" in b and "own folder" in b for b in bad), bad
     assert any("ai4ai.grading.seeds imports ai4ai.core.console inside a function" in b for b in bad), bad
-    assert len(bad) == 3, bad
+    assert any("ai4ai.analysis.classify.syntax imports ai4ai.analysis.classify.verdict" in b and "own folder" in b
+               for b in bad), bad
+    assert len(bad) == 4, bad
