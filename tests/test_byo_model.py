@@ -316,7 +316,7 @@ def test_audit_refuses_a_model_that_is_gone_or_changed(case, saved, tmp_path, ca
 
 def test_audit_command_and_database_rows_for_a_gone_model(saved, tmp_path, monkeypatch):
     import subprocess
-    from ai4ai.analysis.reporting import Run
+    from ai4ai.analysis.runs import Run
     copy = tmp_path / "models" / "llama"
     shutil.copytree(saved["llama"], copy)
     run = _recorded_run(tmp_path, copy)

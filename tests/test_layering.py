@@ -23,7 +23,7 @@ FOLDERS = [
     ("core", ["__init__", "console", "layout", "hidden", "trajectory", "task", "scoring", "result", "record",
               "provenance", "hostspeed"]),
     # the sandbox and what is copied into it (launcher, proxy_client, meter_wire: no ai4ai imports)
-    ("sandbox", ["__init__", "launcher", "proxy_client", "meter_wire", "package_data", "box"]),
+    ("sandbox", ["__init__", "launcher", "proxy_client", "meter_wire", "package_data", "tree", "box"]),
     # the frozen repo and the agent's submission against it
     ("repo", ["__init__", "workspace", "models", "preparing", "meter", "patches", "leaks", "submission"]),
     # grading one submission: context -> train a seed -> evaluate -> grade seeds -> anchors
@@ -36,7 +36,7 @@ FOLDERS = [
     # (classify: a package, its syntax helpers -> kernel equivalence -> statements -> reachability ->
     # verdicts, then the package that re-exports them)
     ("analysis", ["__init__", "classify/syntax", "classify/kernels", "classify/statements", "classify/reach",
-                  "classify/verdict", "classify/__init__", "reporting", "auditing", "task_checks", "tuning"]),
+                  "classify/verdict", "classify/__init__", "runs", "reporting", "auditing", "task_checks", "tuning"]),
     # the run's steps, then the commands
     ("", ["pipeline", "entry", "run", "grade", "calibrate", "check_task", "audit", "report", "list", "prepare"]),
 ]

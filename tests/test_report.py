@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from ai4ai.core import record
-from ai4ai.analysis.reporting import hierarchical_interval, load_runs, read_curve, report
+from ai4ai.analysis.reporting import report
+from ai4ai.analysis.runs import hierarchical_interval, load_runs, read_curve
 
 from .conftest import example
 from .fixtures.results import fake_result

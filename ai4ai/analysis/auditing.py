@@ -48,7 +48,7 @@ from ai4ai.grading.context import UsageError, context
 from ai4ai.grading.seeds import grade_seeds
 from ai4ai.core.layout import RunDir, write_json
 from ai4ai.core.provenance import UNVERSIONED, benchmark_version, model_sha256, tree_sha256, versions
-from ai4ai.analysis.reporting import load_runs
+from ai4ai.analysis.runs import load_runs
 from ai4ai.core.scoring import Anchors, score_seeds, seed_noise_sigma
 from ai4ai.repo.patches import PatchFormatError
 from ai4ai.repo.submission import from_patch

@@ -10,7 +10,6 @@ maps such a path back to the host for the `none` backend, where no remapping is 
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import pwd
 import shutil
@@ -29,6 +28,8 @@ import psutil
 from ai4ai import PROJECT_ROOT
 
 from ai4ai.sandbox import package_data
+from ai4ai.sandbox.tree import (MAX_LOG_BYTES, TreeCpu, end_all, host_cpu_times, idle_cores_since, pump,
+                                 set_subreaper, signal_tree)
 from ai4ai.core.layout import AGENT_HOME, HARNESS_BIN, KERNELS, KERNELS_PARENT, SOCKET_DIR, WORKSPACE
 
 KERNELS_DIR = PROJECT_ROOT / "ai4ai_kernels"
@@ -38,7 +39,6 @@ GRACE_S = 10.0
 MAX_PROCS = int(os.environ.get("AI4AI_MAX_PROCS", "1024"))
 PROC_CHECK_S = 0.25
 WATCH_S = 1.0
-MAX_LOG_BYTES = int(os.environ.get("AI4AI_MAX_LOG_BYTES", str(8 << 20)))
 
 # Applies RLIMIT_AS to itself, then execs the phase (bwrap or the command): every process of the
 # phase inherits it. A trampoline rather than preexec_fn, which is unsafe in a threaded harness.
@@ -132,88 +132,6 @@ class Outcome:
     lowered_priority: bool = False     # it niced itself or chose SCHED_BATCH/SCHED_IDLE
 
 
-def host_cpu_times() -> tuple[float, float] | None:
-    """(idle + iowait seconds summed over the host's CPUs, monotonic time) from /proc/stat."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    hz = os.sysconf("SC_CLK_TCK")
-    return (int(fields[4]) + int(fields[5])) / hz, time.monotonic()
-
-
-def idle_cores_since(start: tuple[float, float] | None) -> float | None:
-    end = host_cpu_times()
-    if start is None or end is None or end[1] <= start[1]:
-        return None
-    return round((end[0] - start[0]) / (end[1] - start[1]), 3)
-
-
-class TreeCpu:
-    """CPU time and scheduling of a process tree, read from the host.
-
-    CPU time: every live member's own time plus what it has reaped (a dead, reaped process's time
-    lives on in its parent's `children_*`). A sample can count a child twice if it is reaped
-    between reading it and reading its parent, so a limit acts only when two samples in a row
-    exceed it; the exact figure comes from wait4() on the root once the tree has ended.
-
-    Run delay: time the tree's threads spent runnable but waiting for a CPU (schedstat), the
-    evidence that load, not the tree, kept it from running. `lowered` records a tree that lowered
-    its own priority (nice above the harness's, SCHED_BATCH or SCHED_IDLE): its waiting is its own.
-    """
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.peak = 0.0
-        self.run_delay = 0.0
-        self.lowered = False
-        self._own_nice = os.getpriority(os.PRIO_PROCESS, 0)
-
-    def sample(self) -> tuple[float, int]:
-        """(CPU seconds, processes) of the tree now."""
-        try:
-            root = psutil.Process(self.pid)
-            procs = [root] + root.children(recursive=True)
-        except psutil.NoSuchProcess:
-            return self.peak, 0
-        total, n, delay = 0.0, 0, 0.0
-        for p in procs:
-            try:
-                t = p.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += t.user + t.system + t.children_user + t.children_system
-            n += 1
-            delay += self._threads(p.pid)
-        self.peak = max(self.peak, total)
-        self.run_delay = max(self.run_delay, delay)
-        return total, n
-
-    def _threads(self, pid: int) -> float:
-        """Run delay summed over a process's threads; notes a lowered priority on the way."""
-        out = 0.0
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            return 0.0
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    out += int(f.read().split()[1]) / 1e9
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                nice, policy = int(fields[16]), int(fields[38])   # stat fields 19 and 41
-                if nice > self._own_nice or policy in (3, 5):      # SCHED_BATCH, SCHED_IDLE
-                    self.lowered = True
-            except (OSError, IndexError, ValueError):
-                continue
-        return out
-
-    def exact(self, rusage) -> float:
-        return max(self.peak, rusage.ru_utime + rusage.ru_stime) if rusage is not None else self.peak
-
-
 def bwrap_available() -> bool:
     exe = shutil.which("bwrap")
     if not exe:
@@ -295,14 +213,6 @@ def _inside_search_path(value: str) -> str:
             continue
         out.append(inside)
     return os.pathsep.join(out)
-
-
-def _set_subreaper() -> None:
-    # Orphans of a phase (double forks, setsid daemons) reparent to us, so we can end them.
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass
@@ -426,7 +336,7 @@ class Sandbox:
             cwd = self.host(cwd_inside)
         else:
             cwd = Path("/")
-        _set_subreaper()
+        set_subreaper()
         me = psutil.Process()
         before = {c.pid for c in me.children(recursive=True)}
         t0 = time.monotonic()
@@ -440,7 +350,7 @@ class Sandbox:
             proc = subprocess.Popen(argv, cwd=cwd, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-            reader = threading.Thread(target=_pump, args=(proc.stdout, log, on_line, self.max_log_bytes), daemon=True)
+            reader = threading.Thread(target=pump, args=(proc.stdout, log, on_line, self.max_log_bytes), daemon=True)
             reader.start()
             meter = TreeCpu(proc.pid)
             deadline = t0 + timeout_s
@@ -485,7 +395,7 @@ class Sandbox:
             if proc.returncode is None and limit is None:
                 # bwrap dies on SIGTERM and takes the namespace with it, so under bwrap the grace
                 # signal goes to the processes inside only; SIGKILL to everything follows the grace.
-                _signal_tree(proc.pid, signal.SIGTERM, include_root=self.backend != "bwrap")
+                signal_tree(proc.pid, signal.SIGTERM, include_root=self.backend != "bwrap")
                 grace_end = time.monotonic() + grace_s
                 while not reap() and time.monotonic() < grace_end:
                     meter.sample()
@@ -493,7 +403,7 @@ class Sandbox:
             wall = time.monotonic() - t0
             if proc.returncode is None:
                 meter.sample()
-            _end_all(proc.pid, me, before)
+            end_all(proc.pid, me, before)
             deadline = time.monotonic() + 5
             while not reap() and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -522,63 +432,3 @@ def agent_sandbox(backend: str, workspace: Path, home: Path, bin_dir: Path, sock
     return sb
 
 
-def _pump(stream, log, on_line, max_bytes: int = MAX_LOG_BYTES) -> None:
-    """Copy the phase's output to its log, up to `max_bytes` (then a marker); keep draining the
-    pipe so the phase never blocks on a full one."""
-    written = 0
-    for raw in iter(lambda: stream.readline(65536), b""):   # bounded: a line without an end is read in pieces
-        if written < max_bytes:
-            chunk = raw[:max_bytes - written]
-            log.write(chunk)
-            written += len(chunk)
-            if written >= max_bytes:
-                log.write(f"\n[ai4ai: log truncated at {max_bytes} bytes; the rest was discarded]\n".encode())
-            log.flush()
-        if on_line is not None:
-            try:
-                on_line(raw[:65536].decode("utf-8", "replace").rstrip("\n"))
-            except Exception:  # a progress callback must never break the phase
-                pass
-    stream.close()
-
-
-def _signal_tree(pid: int, sig: int, include_root: bool = True) -> None:
-    try:
-        root = psutil.Process(pid)
-        procs = ([root] if include_root else []) + root.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return
-    for p in procs:
-        try:
-            p.send_signal(sig)
-        except psutil.NoSuchProcess:
-            pass
-    if include_root:
-        try:
-            os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _end_all(pid: int, me: psutil.Process, before: set[int]) -> int:
-    """SIGKILL the phase's process group and every descendant of ours that it left behind."""
-    n = 0
-    for _ in range(3):
-        victims = [c for c in me.children(recursive=True) if c.pid not in before]
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        live = []
-        for c in victims:
-            try:
-                if c.status() != psutil.STATUS_ZOMBIE and c.pid != pid:
-                    c.kill()
-                    live.append(c)
-            except psutil.NoSuchProcess:
-                pass
-        n += len(live)
-        psutil.wait_procs(victims, timeout=2)
-        if not live:
-            break
-    return n

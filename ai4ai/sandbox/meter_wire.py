@@ -12,6 +12,8 @@ object lives changes.
 
 This file has no ai4ai imports: the harness runs it as the server (`python meter_wire.py serve
 ...`) and binds it into the training sandbox as the module `ai4ai_meter`, which the repos import.
+That is also why it is one file of over 500 lines: the wire, the server and the client must
+travel together as a single module, and splitting them would put a second file in every sandbox.
 
 The wire, both ways: one frame = 8-byte little-endian length, 4-byte header length, a JSON
 header, then the raw bytes of the arrays it names. Values are JSON, with tagged objects for
