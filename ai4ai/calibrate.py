@@ -25,21 +25,24 @@ from ai4ai.grading.context import context
 from ai4ai.entry import hydra_run_dir
 
 
+def _stored(ctx, purpose: str, instead: str):
+    """The stored record of ctx's key, or a usage error saying what to run instead."""
+    rec = find(ctx.task.grader, ctx.key)
+    if rec is None:
+        raise SystemExit(f"ai4ai: no anchors of {ctx.task.name} at {ctx.scale} for task version "
+                         f"{ctx.key.task_version} {purpose}; {instead}")
+    return rec
+
+
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="calibrate")
 def main(cfg: DictConfig) -> None:
     ctx = context(cfg, hydra_run_dir())
     if cfg.probe_only:
-        rec = find(ctx.task.grader, ctx.key)
-        if rec is None:
-            raise SystemExit(f"ai4ai: no anchors of {ctx.task.name} at {ctx.scale} for task version "
-                             f"{ctx.key.task_version} to add a probe to; calibrate in full (drop probe_only=true)")
+        rec = _stored(ctx, "to add a probe to", "calibrate in full (drop probe_only=true)")
         add_probe(ctx, rec)
         return
     if cfg.verify:
-        rec = find(ctx.task.grader, ctx.key)
-        if rec is None:
-            raise SystemExit(f"ai4ai: no anchors of {ctx.task.name} at {ctx.scale} for task version "
-                             f"{ctx.key.task_version} to verify; calibrate (drop verify=true)")
+        rec = _stored(ctx, "to verify", "calibrate (drop verify=true)")
         rows = verify(ctx, rec, ctx.run_dir, [int(s) for s in cfg.seeds] if cfg.seeds else None)
         bad = [r["seed"] for r in rows if not r["agrees"]]
         if bad:
@@ -48,10 +51,7 @@ def main(cfg: DictConfig) -> None:
         print(f"ai4ai: the {ctx.task.name}/{ctx.scale} record reproduces on seeds {[r['seed'] for r in rows]}")
         return
     if cfg.cpu_only:
-        rec = find(ctx.task.grader, ctx.key)
-        if rec is None:
-            raise SystemExit(f"ai4ai: no anchors of {ctx.task.name} at {ctx.scale} for task version "
-                             f"{ctx.key.task_version} to keep; calibrate in full (drop cpu_only=true)")
+        rec = _stored(ctx, "to keep", "calibrate in full (drop cpu_only=true)")
         why = needs_cpu_here(ctx, rec) or "asked for (cpu_only=true)"
         measure_cpu(ctx, rec, ctx.run_dir, why)
         return
