@@ -34,6 +34,9 @@ def main(cfg: DictConfig) -> None:
         sys.exit(0 if rep["agrees"] is not False and "submission" not in changed_names(rep) else 1)
     if cfg.get("model_path"):
         raise UsageError("model_path= goes with run=RUN_DIR (one run's model moved), not results=DB")
+    if not Path(cfg.results).is_file():
+        raise UsageError(f"results={cfg.results}: no results database there (give the results.sqlite a run wrote, "
+                         "or run=RUN_DIR for one run)")
     rows = audit_db(Path(cfg.results), int(cfg.sample) if cfg.sample is not None else None, int(cfg.sample_seed), **kw)
     text = table(rows)
     print(text)

@@ -13,7 +13,7 @@
 #   3. the test suite's GPU-marked tests (pytest -m gpu: the real training sandbox's /dev and caches)
 #   4. one training step of each LM task's real `full` model (benchmarks/full_step_time.py)
 #   5. a reduced-budget `full` prepare and calibration of one task end to end (AI4AI_SHRINK=cpu)
-#   6. the kernel table at a reduced sweep (benchmarks/kernels.py --quick), in what budget is left
+#   6. the kernel table at a reduced sweep (benchmarks/kernel_speed.py --quick), in what budget is left
 # Ends with summary.txt: one line per step with its exit status and seconds.
 #
 # On a machine with no network whose image has PyTorch, Triton and transformers but not the rest,
@@ -69,7 +69,7 @@ step() {  # step NAME LIMIT_S COMMAND...: run with a time limit, log to NAME.log
 # 1. kernel correctness on CUDA
 # (compiling is most of it: spread over 8 workers where pytest-xdist is installed)
 XDIST=(); python -c 'import xdist' 2>/dev/null && XDIST=(-n 8)
-# test_benchmark.py runs benchmarks/kernels.py on the CPU under the interpreter (CI's job): left out here.
+# test_benchmark.py runs benchmarks/kernel_speed.py on the CPU under the interpreter (CI's job): left out here.
 # (On the H200 image, Triton 3.6 with NumPy 2.5, the interpreter cannot run at all: NumPy 2.4 refuses
 # the int() of 1-element arrays that Triton up to 3.6 relies on; ai4ai_kernels now says so by name.)
 step kernel_tests 200 env AI4AI_KERNEL_TEST_DEVICE=cuda python -m pytest -q -p no:cacheprovider ${XDIST[@]+"${XDIST[@]}"} tests/kernels \
@@ -104,8 +104,8 @@ cp "$COPY"/grader_hidden/optimizer/calibration/full__* "$COPY"/grader_hidden/opt
 
 # 6. the kernel table, reduced: torch.compile only for the fused linear CE (compiling every
 #    shape of every op would take the whole budget)
-step kernels_table_flce 140 python benchmarks/kernels.py --quick --ops flce --out "$OUT_DIR/kernels_flce"
-step kernels_table_losses 75 python benchmarks/kernels.py --quick --no-compile --ops ce,logprobs,kl,adamw,newton_schulz \
+step kernels_table_flce 140 python benchmarks/kernel_speed.py --quick --ops flce --out "$OUT_DIR/kernels_flce"
+step kernels_table_losses 75 python benchmarks/kernel_speed.py --quick --no-compile --ops ce,logprobs,kl,adamw,newton_schulz \
   --out "$OUT_DIR/kernels_losses"
 
 

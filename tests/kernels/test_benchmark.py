@@ -1,4 +1,4 @@
-"""benchmarks/kernels.py: on a CPU it says there is no GPU, runs its sanity pass and exits 0;
+"""benchmarks/kernel_speed.py: on a CPU it says there is no GPU, runs its sanity pass and exits 0;
 its correctness check stops a wrong implementation from being timed."""
 
 import csv
@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "kernels.py"
+SCRIPT = ROOT / "benchmarks" / "kernel_speed.py"
 
 
 def test_runs_on_cpu_and_writes_the_tables(tmp_path):

@@ -1,8 +1,8 @@
 """Kernel benchmark: ai4ai_kernels against torch eager, torch.compile and Liger-Kernel, one GPU.
 
-    python benchmarks/kernels.py                       # the whole sweep (tens of minutes on an H200)
-    python benchmarks/kernels.py --quick               # rows 4096,16384 x vocab 32000,151936, 10 reps
-    python benchmarks/kernels.py --ops flce,ce --rows 16384 --vocab 128256 --hidden 4096 --out DIR
+    python benchmarks/kernel_speed.py                       # the whole sweep (tens of minutes on an H200)
+    python benchmarks/kernel_speed.py --quick               # rows 4096,16384 x vocab 32000,151936, 10 reps
+    python benchmarks/kernel_speed.py --ops flce,ce --rows 16384 --vocab 128256 --hidden 4096 --out DIR
 
 One table per op. Each row is one (shape, implementation): forward, backward and full step
 (forward + backward) times as p20/p50/p80 over --reps CUDA-event-timed repetitions after
