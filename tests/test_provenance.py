@@ -1,18 +1,19 @@
 """The task version keys the anchors: it moves with what the shipped algorithm's grading depends on,
 and with nothing else."""
 import shutil
+from dataclasses import replace
 
 import pytest
 
-from ai4ai.core import provenance
-from ai4ai.core.task import load_task
+from ai4ai.core import hidden, provenance
+from ai4ai.core.task import list_tasks, load_task
 
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     """A copy of the parts of the project a task version reads, with PROJECT_ROOT pointing at it."""
     root = tmp_path / "p"
-    for d in ("repos_frozen/optimizer", "grader_hidden/optimizer", "ai4ai_kernels"):
+    for d in ("repos_frozen/optimizer", "grader_hidden/optimizer", "grader_hidden/common", "ai4ai_kernels"):
         shutil.copytree(provenance.PROJECT_ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "conf" / "task").mkdir(parents=True)
     shutil.copy(provenance.PROJECT_ROOT / "conf/task/optimizer.yaml", root / "conf/task/optimizer.yaml")
@@ -37,7 +38,7 @@ def test_version_ignores_prose_allowances_and_unused_kernels(project):
     assert provenance.benchmark_version() != ""
 
 
-@pytest.mark.parametrize("change", ["repo", "grader", "config", "kernel_used"])
+@pytest.mark.parametrize("change", ["repo", "grader", "config", "kernel_used", "common"])
 def test_version_moves_with_what_grading_depends_on(project, change):
     root, task = project
     v = provenance.task_version(task)
@@ -48,6 +49,8 @@ def test_version_moves_with_what_grading_depends_on(project, change):
     elif change == "config":
         cfg = root / "conf/task/optimizer.yaml"
         cfg.write_text(cfg.read_text().replace("threads: 2", "threads: 1", 1))
+    elif change == "common":            # the graders' shared library, which optimizer's grader imports
+        (root / "grader_hidden/common/lm.py").write_text("# changed\n")
     else:
         (root / "repos_frozen/optimizer/train.py").write_text("import ai4ai_kernels\n")
         v = provenance.task_version(task)
@@ -90,3 +93,62 @@ def test_preparing_full_artifacts_leaves_the_ci_and_smoke_versions(tmp_path):
     assert after["full"] != before["full"]
     (repo / "train.py").write_text((repo / "train.py").read_text() + "\n# an edit\n")
     assert provenance.task_version(t, "ci") != before["ci"]          # anything else still moves it
+
+
+@pytest.fixture
+def graders(tmp_path, monkeypatch):
+    """Every task pointed at a copy of grader_hidden/ (the shared library included) and conf/task/, with
+    PROJECT_ROOT at the copy: (root, {task name: task})."""
+    root = tmp_path / "p"
+    for d in ("grader_hidden", "conf/task", "ai4ai_kernels"):
+        shutil.copytree(provenance.PROJECT_ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(provenance, "PROJECT_ROOT", root)
+    return root, {n: replace(load_task(n), grader=root / "grader_hidden" / n) for n in list_tasks()}
+
+
+def _versions(tasks: dict) -> dict:
+    return {(n, s): provenance.task_version(t, s) for n, t in tasks.items() for s in t.scales}
+
+
+def test_the_shared_grader_library_moves_exactly_the_versions_of_the_tasks_that_import_it(graders):
+    """grader_hidden/common/ is versioned with the graders that import it: an edit to one of its files, or
+    a new file in it, moves every version (every scale) of the tasks whose grader imports it, and no
+    version of the others, whose anchors stay current."""
+    root, tasks = graders
+    users = {n for n, t in tasks.items() if hidden.uses_common(t.grader)}
+    assert users == {"optimizer", "pruning"}            # the HMM source and the LM likelihood
+    assert "common" not in tasks
+    lib = root / "grader_hidden" / "common"
+    for edit in (lambda: (lib / "hmm.py").write_text((lib / "hmm.py").read_text() + "\n# an edit\n"),
+                 lambda: (lib / "extra.py").write_text("X = 1\n")):
+        before = _versions(tasks)
+        edit()
+        after = _versions(tasks)
+        moved = {k for k in before if before[k] != after[k]}
+        assert moved == {k for k in before if k[0] in users}, sorted(moved)
+
+
+def test_a_grader_that_starts_importing_the_library_takes_its_hash(graders):
+    """The rule reads the grader's imports: sft's grader does not import the library (an edit to it leaves
+    sft's versions), and once a module of sft's grader imports it, sft's versions move, and move again
+    with the library."""
+    root, tasks = graders
+    sft = tasks["sft"]
+    lib = root / "grader_hidden" / "common" / "lm.py"
+    v0 = _versions({"sft": sft})
+    lib.write_text(lib.read_text() + "\n# an edit\n")
+    assert _versions({"sft": sft}) == v0
+    (sft.grader / "shared.py").write_text('"""Uses the common library."""\nfrom ..common import lm  # noqa: F401\n')
+    v1 = _versions({"sft": sft})
+    assert all(v1[k] != v0[k] for k in v0)
+    lib.write_text(lib.read_text() + "\n# another edit\n")
+    v2 = _versions({"sft": sft})
+    assert all(v2[k] != v1[k] for k in v1)
+
+
+def test_a_grader_that_imports_a_missing_library_has_no_version(graders):
+    root, tasks = graders
+    shutil.rmtree(root / "grader_hidden" / "common")
+    with pytest.raises(FileNotFoundError, match="shared library"):
+        provenance.task_version(tasks["optimizer"], "ci")
+    assert provenance.task_version(tasks["sft"], "ci")         # a task that does not import it is unaffected

@@ -16,28 +16,72 @@ A hidden grader package provides:
     evaluate_with_noise(model, split, cfg)      optional: (raw, standard error of the paired
                                                 excess over the best predictor), for noise checks
 
-`write_splits` is the helper a grader's materialize or grading_data may write its files with.
+`write_splits` is the one writer of a grader's split files (materialize, grading_data and the like);
+`shrunk()` says whether the harness asks for `full` at CPU sizes (SHRINK_ENV).
+
+Loading: every grader is loaded as the package `ai4ai_hidden.<task>` (from its own folder, wherever
+that lies: a test may point a task at a copy), under a parent package `ai4ai_hidden` whose path is
+the project's grader_hidden/. So a grader imports the graders' shared library, grader_hidden/common/
+(never a task), as its sibling: `from ..common import hmm`. That import is what `uses_common`
+finds, and a task whose grader makes it has the library's tree hash in its task version
+(provenance.task_version).
 """
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.machinery
 import importlib.util
+import io
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
+from ai4ai import PROJECT_ROOT
+
 REQUIRED = ("SPLITS", "split", "evaluate", "uninformative")
+PACKAGE = "ai4ai_hidden"        # every grader is loaded as PACKAGE.<task>
+HIDDEN_DIR = "grader_hidden"    # PACKAGE's folder, under the project root
+COMMON = "common"               # the graders' shared library, grader_hidden/common/ (PACKAGE.common)
+# Set (to a profile name, "cpu") in the harness's environment, it makes every repo's config.py and
+# every hidden grader use their shrunk `full` sizes: the same code paths as full, in seconds on a CPU.
+SHRINK_ENV = "AI4AI_SHRINK"
+
+
+def shrunk() -> bool:
+    """Whether SHRINK_ENV asks for `full` at CPU sizes (tests/test_full_shrunk.py). A grader reads it once,
+    where it defines its sizes, and shrinks its `full` sizes (and its hidden splits) as its repo does."""
+    return bool(os.environ.get(SHRINK_ENV))
+
+
+def _parent() -> ModuleType:
+    """The package the graders are loaded under (made once): a path-only package over grader_hidden/,
+    through which `from ..common import X` in any grader finds the shared library."""
+    pkg = sys.modules.get(PACKAGE)
+    if pkg is None:
+        spec = importlib.machinery.ModuleSpec(PACKAGE, None, is_package=True)
+        spec.submodule_search_locations = [str(PROJECT_ROOT / HIDDEN_DIR)]
+        pkg = importlib.util.module_from_spec(spec)
+        sys.modules[PACKAGE] = pkg
+    return pkg
 
 
 def load_grader(task_name: str, grader_dir: Path) -> ModuleType:
-    name = f"ai4ai_hidden_{task_name}"
+    """The hidden grader package of `task_name` from `grader_dir` (loaded once per process, as
+    ai4ai_hidden.<task_name>); FileNotFoundError without an __init__.py, AttributeError when it lacks
+    a name of REQUIRED."""
+    if task_name == COMMON:
+        raise ValueError(f"{HIDDEN_DIR}/{COMMON} is the graders' shared library, not a task")
+    name = f"{PACKAGE}.{task_name}"
     if name in sys.modules:
         return sys.modules[name]
     init = Path(grader_dir) / "__init__.py"
     if not init.exists():
         raise FileNotFoundError(f"{init} is missing: a hidden grader is a package exporting {REQUIRED}")
+    _parent()
     spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(grader_dir)])
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -48,14 +92,51 @@ def load_grader(task_name: str, grader_dir: Path) -> ModuleType:
     return mod
 
 
+def uses_common(grader_dir: Path) -> bool:
+    """Whether a grader's code imports the shared library (grader_hidden/common/): a relative import
+    that reaches it (`from ..common import hmm`, `from ..common.hmm import sample`, `from .. import
+    common`) or an absolute one (ai4ai_hidden.common, grader_hidden.common)."""
+    root = Path(grader_dir)
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root)
+        if "__pycache__" in rel.parts:
+            continue
+        package = [PACKAGE, "task", *rel.parts[:-1]]         # the package a relative import starts from
+        for node in ast.walk(ast.parse(p.read_bytes(), str(p))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                targets = [node.module or ""]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level > len(package):
+                    continue
+                base = ".".join(package[:len(package) - node.level + 1])
+                targets = ([f"{base}.{node.module}"] if node.module
+                           else [f"{base}.{a.name}" for a in node.names])
+            else:
+                continue
+            for t in targets:
+                parts = t.split(".")
+                if parts[0] in (PACKAGE, HIDDEN_DIR) and parts[1:2] == [COMMON]:
+                    return True
+    return False
+
+
+def _npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
 def write_splits(dest: Path, files: dict) -> dict:
-    """For a grader's materialize or grading_data: write each {name: uint8 array} into dest as its raw
-    bytes; return {name: sha256}."""
+    """For a grader's materialize, grading_data or the files a repo's prepare step reads: write each
+    {name: array} into dest, a name ending in .npy as a NumPy file (np.save: dtype and shape kept, no
+    pickle), any other as the array's raw uint8 bytes; return {name: sha256 of the bytes written}."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     sums = {}
     for name, arr in files.items():
-        raw = np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
+        raw = _npy(arr) if name.endswith(".npy") else np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
         (dest / name).write_bytes(raw)
         sums[name] = hashlib.sha256(raw).hexdigest()
     return sums

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from ai4ai import PROJECT_ROOT, __version__
+from ai4ai.core.hidden import COMMON, HIDDEN_DIR, uses_common
 
 # Calibration outputs live beside the hidden grader but are not part of what they measure.
 UNVERSIONED = {"anchors.yaml", "anchors.lock", "anchors.tmp", "calibration", "models.yaml", "models.tmp"}
@@ -70,6 +71,14 @@ def task_config_sha256(path: Path, scale: str | None = None) -> str:
     return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def common_sha256() -> str:
+    """The graders' shared library, grader_hidden/common/ (hidden.COMMON), as a tree hash."""
+    root = PROJECT_ROOT / HIDDEN_DIR / COMMON
+    if not (root / "__init__.py").is_file():
+        raise FileNotFoundError(f"{root} is missing: a hidden grader imports the graders' shared library from it")
+    return tree_sha256(root)
+
+
 def _mentions(root: Path, needle: bytes) -> bool:
     return any(needle in p.read_bytes() for p in Path(root).rglob("*.py") if p.is_file())
 
@@ -100,16 +109,20 @@ def _repo_sha256(task, scale: str | None) -> str:
 def task_version(task, scale: str | None = None) -> str:
     """Hash of what one task's anchors at `scale` depend on: its repo (at ci and smoke, without the
     artifacts only `full` builds), its hidden grader (minus anchors), its config (minus the keys
-    above, and minus the other scales' blocks when `scale` is given) and, only if its repo or grader
-    imports them, the kernel modules. Anchors are keyed by it, so editing another task, a kernel the
-    shipped algorithm does not use or a config key no grading reads does not invalidate them (the
-    global benchmark version still stamps every result)."""
+    above, and minus the other scales' blocks when `scale` is given), only if its repo or grader
+    imports them the kernel modules, only if its grader imports it (hidden.uses_common) the graders'
+    shared library grader_hidden/common/, and a brought model's content. Anchors are keyed by it, so
+    editing another task, a kernel the shipped algorithm does not use, a shared grader file that
+    this task's grader does not import or a config key no grading reads does not invalidate them
+    (the global benchmark version still stamps every result)."""
     h = hashlib.sha256()
     h.update(b"repo" + _repo_sha256(task, scale).encode())
     h.update(b"grader" + tree_sha256(task.grader, UNVERSIONED).encode())
     h.update(b"config" + task_config_sha256(PROJECT_ROOT / "conf" / "task" / f"{task.name}.yaml", scale).encode())
     if _mentions(task.repo, b"ai4ai_kernels") or _mentions(task.grader, b"ai4ai_kernels"):
         h.update(b"kernels" + kernels_sha256().encode())
+    if uses_common(task.grader):
+        h.update(b"common" + common_sha256().encode())
     if getattr(task, "model_path", None):      # bring your own model: its content, not its path
         h.update(b"model" + model_sha256(task.model_path).encode())
     return h.hexdigest()[:16]

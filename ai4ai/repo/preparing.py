@@ -15,8 +15,8 @@ Two phases, each resumable and checksummed:
      against the repo's SHA256SUMS. Artifacts already there with matching checksums are kept.
 A killed prepare resumes at the phase it was in; a complete one is skipped.
 
-AI4AI_SHRINK (see SHRINK_ENV) shrinks `full` to CPU sizes for the test suite; the cache key
-carries it, so a shrunk split is never taken for a full one.
+AI4AI_SHRINK (hidden.SHRINK_ENV, which the graders read through hidden.shrunk) shrinks `full` to CPU
+sizes for the test suite; the cache key carries it, so a shrunk split is never taken for a full one.
 """
 from __future__ import annotations
 
@@ -32,16 +32,13 @@ from pathlib import Path
 
 from ai4ai import PROJECT_ROOT
 from ai4ai.core.console import TrainingBar, say
-from ai4ai.core.hidden import load_grader
+from ai4ai.core.hidden import SHRINK_ENV, load_grader
 from ai4ai.core.layout import DATA, file_lock
 from ai4ai.core.provenance import UNVERSIONED, cpu_capability, python_executable, tree_sha256
 from ai4ai.sandbox.box import Mount
 from ai4ai.core.task import Task
 from ai4ai.repo.workspace import copy_repo, make_writable
 
-# Set (to a profile name, "cpu") in the harness's environment, it makes every repo's config.py and
-# every hidden grader use their shrunk `full` sizes: the same code paths as full, in seconds on a CPU.
-SHRINK_ENV = "AI4AI_SHRINK"
 CACHE_ROOT = PROJECT_ROOT / "outputs" / ".cache"     # the harness's data cache (never mounted whole)
 
 

@@ -12,7 +12,6 @@ model (the evaluator builds the model from the pristine copy).
 """
 from __future__ import annotations
 
-import os
 import importlib.util
 import inspect
 import math
@@ -23,10 +22,12 @@ import numpy as np
 import torch
 import yaml
 
+from ai4ai.core.hidden import shrunk
+
 HERE = Path(__file__).resolve().parent
 FROZEN_REPO = HERE.parents[1] / "repos_frozen" / "agentic_rl"
 SPLITS = {"selection": 2_000, "test": 12_000, "validation": 2_000}   # levels
-if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
+if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
     SPLITS = {"selection": 128, "test": 256, "validation": 128}
 VALIDATION_SEED = 22         # public: the repo's config.VALIDATION_SEED (the proxy's levels)
 

@@ -17,7 +17,6 @@ score about 0.
 """
 from __future__ import annotations
 
-import os
 import hashlib
 import math
 from pathlib import Path
@@ -26,6 +25,8 @@ import numpy as np
 import torch
 import yaml
 from safetensors.torch import load_file, save_file
+
+from ai4ai.core.hidden import shrunk, write_splits
 
 HERE = Path(__file__).resolve().parent
 SCORER_PATH = HERE / "hidden_scorer.safetensors"
@@ -37,7 +38,7 @@ VALIDATION_SEED = 20240601                            # public: the repo's evalu
 BATCH = 256
 DIVERSITY_FRACTION = 0.4
 SPLITS = {"selection": 2560, "test": 20480, "validation": 2560}   # samples: 1, 8 and 1 batches per prompt
-if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
+if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
     SPLITS = {"selection": BATCH, "test": 2 * BATCH, "validation": BATCH}
 
 
@@ -67,13 +68,9 @@ def halves() -> tuple[np.ndarray, np.ndarray]:
 
 def materialize(scale: str, dest: Path) -> dict:
     """Write the repo's half of the digits (same file at every scale); return its sha256."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
     x, y = _digits()
     a, _ = halves()
-    raw = np.concatenate([x[a], y[a, None]], axis=1).astype(np.uint8).tobytes()
-    (dest / "digits_a.u8").write_bytes(raw)
-    return {"digits_a.u8": hashlib.sha256(raw).hexdigest()}
+    return write_splits(dest, {"digits_a.u8": np.concatenate([x[a], y[a, None]], axis=1).astype(np.uint8)})
 
 
 # --------------------------------------------------------------------------- hidden scorer

@@ -12,7 +12,6 @@ and test prompts are answered by that instance. Rules read off the visible answe
 """
 from __future__ import annotations
 
-import os
 import math
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.core.hidden import write_splits
+from ai4ai.core.hidden import shrunk, write_splits
 from ai4ai.repo.models import cache_kwarg
 
 from . import programs as P
@@ -30,7 +29,7 @@ SPLITS = {"selection": 4000, "test": 100_000, "validation": 2000}   # prompts (t
 # retune put the shipped run at 0.88 exact match, where 50,000 prompts moved sigma by 0.0115)
 TEACHER_TRAIN = 40_000                                            # labelled, for prepare.py only
 TRAIN_PROMPTS = {"ci": 512, "smoke": 2_048, "full": 131_072}       # prompts only (config.py budget_prompts)
-if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py)
+if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_PROMPTS = {**TRAIN_PROMPTS, "full": 128}
     # the hidden splits too: evaluation in seconds. Not the validation split: val.u8 is committed with its
     # checksum in the repo's data/SHA256SUMS, and prepare.py reads it from the cache at full

@@ -10,8 +10,6 @@ the 0 anchor is exactly 0.
 """
 from __future__ import annotations
 
-import os
-import hashlib
 import math
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import numpy as np
 import torch
 import yaml
 
+from ai4ai.core.hidden import shrunk, write_splits
 from ai4ai.repo.models import cache_kwarg, token_maps
 
 from . import tasks
@@ -26,7 +25,7 @@ from . import tasks
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 1500, "test": 6000, "validation": 2000}       # prompts
 TRAIN_PAIRS = {"ci": 2_048, "smoke": 16_384, "full": 4_194_304}
-if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py)
+if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_PAIRS = {**TRAIN_PAIRS, "full": 256}
     SPLITS = {"selection": 128, "test": 256, "validation": 128}   # the hidden splits too: evaluation in seconds
 SFT_DEMOS = 40_000                                                     # prepare-only demonstrations
@@ -184,16 +183,9 @@ def validation_array() -> np.ndarray:
 def materialize(scale: str, dest: Path, with_sft: bool = False) -> dict:
     """Write the training pairs of `scale` and the validation split (and, for the repo, the
     prepare-only demonstrations) into dest; return their sha256s."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
     s = _secrets()
     files = {f"train_{scale}.u8": pairs_array(TRAIN_PAIRS[scale], s[f"train_{scale}"]),
              "val.u8": validation_array()}
     if with_sft:
         files["sft.u8"] = demos_array(SFT_DEMOS, s["sft"], tasks.directions(s["tasks"]))
-    sums = {}
-    for name, arr in files.items():
-        raw = np.ascontiguousarray(arr).tobytes()
-        (dest / name).write_bytes(raw)
-        sums[name] = hashlib.sha256(raw).hexdigest()
-    return sums
+    return write_splits(dest, files)

@@ -19,7 +19,6 @@ the meter), and the hidden selection and test splits are its graphs too. A split
 from __future__ import annotations
 
 import functools
-import os
 import math
 from pathlib import Path
 
@@ -27,14 +26,14 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.core.hidden import write_splits
+from ai4ai.core.hidden import shrunk, write_splits
 
 from . import generator
 
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 1_000, "test": 4_000, "validation": 1_000}
 TRAIN_GRAPHS = {"smoke": 65_536, "full": 4_194_304}   # ci draws from the smoke split
-if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py)
+if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_GRAPHS = {**TRAIN_GRAPHS, "full": 16_384}
     SPLITS = {"selection": 128, "test": 256, "validation": 128}   # the hidden splits too: evaluation in seconds
 

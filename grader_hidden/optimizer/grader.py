@@ -4,16 +4,20 @@ Interface (see ai4ai/core/hidden.py): SPLITS, split(name, cfg), evaluate(model, 
 evaluate_with_noise, uninformative(model), best_attainable(split, cfg), materialize(scale, dest),
 grading_data(scale, dest).
 
-Graded on a fresh instance of the source family (source.build_source): what the agent sees, the
+Graded on a fresh instance of the source family (common.hmm.build_source): what the agent sees, the
 committed training splits and the validation split, is text of the visible source (secret
 `source`); a graded training run is served text of another HMM of the family, drawn from the secret
 `instance` seed (grading_data, held by the meter), and the hidden selection and test splits are its
 text too. A split is {"tokens": [N, 128] uint8, "instance": "graded" or "visible"}: the Bayes
-optimum of a text is its own source's.
+optimum of a text is its own source's (the 1.0 anchor, by the forward algorithm).
+
+The source family is the shared library's sparse HMM (grader_hidden/common/hmm.py) at sequences of
+SEQ_LEN symbols. Two instances share no parameters (each predicts the other's text worse than a
+uniform guess), so nothing a patch memorises of the visible instance transfers; what the family has
+in common (its structure and sizes) does.
 """
 from __future__ import annotations
 
-import os
 import math
 from pathlib import Path
 
@@ -21,15 +25,16 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.core.hidden import write_splits
+from ai4ai.core.hidden import shrunk, write_splits
 
-from . import source
+from ..common import hmm, lm
 
 HERE = Path(__file__).resolve().parent
+SEQ_LEN = 128
 SPLITS = {"selection": 1024, "test": 4096, "validation": 1024}   # sequences of 128 symbols
 VALIDATION_SEQUENCES = SPLITS["validation"]
 TRAIN_SEQUENCES = {"ci": 2_048, "smoke": 16_384, "full": 4_194_304}
-if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py)
+if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_SEQUENCES = {**TRAIN_SEQUENCES, "full": 512}
     SPLITS = {"selection": 128, "test": 256, "validation": 128}
     VALIDATION_SEQUENCES = SPLITS["validation"]
@@ -39,9 +44,9 @@ def _secrets() -> dict:
     return yaml.safe_load((HERE / "secrets.yaml").read_text())
 
 
-def _source(instance: str = "visible") -> source.HMM:
+def _source(instance: str = "visible") -> hmm.HMM:
     """The visible source (the text the agent is given) or the graded instance of its family."""
-    return source.build_source(_secrets()["source" if instance == "visible" else "instance"])
+    return hmm.build_source(_secrets()["source" if instance == "visible" else "instance"])
 
 
 def split(name: str, cfg=None) -> dict:
@@ -49,21 +54,12 @@ def split(name: str, cfg=None) -> dict:
     selection and test splits are text of the graded instance; the validation split (committed as
     data/val.u8) is the visible source's."""
     instance = "visible" if name == "validation" else "graded"
-    return {"tokens": source.sample(_source(instance), SPLITS[name], _secrets()[name]), "instance": instance}
+    return {"tokens": hmm.sample(_source(instance), SPLITS[name], _secrets()[name], SEQ_LEN), "instance": instance}
 
 
-@torch.no_grad()
-def _nll(model: torch.nn.Module, tokens: np.ndarray, batch: int = 64) -> np.ndarray:
-    """Per-sequence mean -log p(x_t | x_<t), t = 1..T-1, as float64 [N]."""
-    x = torch.from_numpy(tokens.astype(np.int64))
-    device = next(model.parameters()).device
-    out = []
-    for i in range(0, len(x), batch):
-        b = x[i:i + batch].to(device)
-        logits = model(input_ids=b).logits[:, :-1].double()
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, b[:, 1:, None]).squeeze(-1)
-        out.append((-logp).mean(1).cpu().numpy())
-    return np.concatenate(out)
+def _nll(model: torch.nn.Module, tokens: np.ndarray) -> np.ndarray:
+    """Per-sequence mean -log p(x_t | x_<t), t = 1..T-1, as float64 [N], 64 sequences at a time."""
+    return lm.nll(model, tokens, batch=64)
 
 
 def evaluate(model: torch.nn.Module, split: dict, cfg=None) -> float:
@@ -74,7 +70,7 @@ def evaluate(model: torch.nn.Module, split: dict, cfg=None) -> float:
 def evaluate_with_noise(model: torch.nn.Module, split: dict, cfg=None) -> tuple[float, float]:
     """(perplexity, standard error of the mean excess NLL over the Bayes predictor, in nats)."""
     nll = _nll(model, split["tokens"])
-    excess = nll - source.conditional_nll(_source(split["instance"]), split["tokens"]).mean(1)
+    excess = nll - hmm.conditional_nll(_source(split["instance"]), split["tokens"]).mean(1)
     return math.exp(float(nll.mean())), float(excess.std(ddof=1) / math.sqrt(len(excess)))
 
 
@@ -88,19 +84,19 @@ def uninformative(model: torch.nn.Module) -> torch.nn.Module:
 
 def best_attainable(split: dict, cfg=None) -> float:
     """The text's own source's perplexity on it: the Bayes optimum."""
-    return math.exp(float(source.conditional_nll(_source(split["instance"]), split["tokens"]).mean()))
+    return math.exp(float(hmm.conditional_nll(_source(split["instance"]), split["tokens"]).mean()))
 
 
 def materialize(scale: str, dest: Path) -> dict:
     """Write the training split of `scale` (and the validation split) of the visible source into
     dest; return sha256s."""
-    s, hmm = _secrets(), _source()
-    return write_splits(dest, {f"train_{scale}.u8": source.sample(hmm, TRAIN_SEQUENCES[scale], s[f"train_{scale}"]),
-                              "val.u8": source.sample(hmm, VALIDATION_SEQUENCES, s["validation"])})
+    s, src = _secrets(), _source()
+    return write_splits(dest, {f"train_{scale}.u8": hmm.sample(src, TRAIN_SEQUENCES[scale], s[f"train_{scale}"], SEQ_LEN),
+                              "val.u8": hmm.sample(src, VALIDATION_SEQUENCES, s["validation"], SEQ_LEN)})
 
 
 def grading_data(scale: str, dest: Path) -> dict:
     """The training split a graded run is served at `scale`: as many sequences as the committed one
     (materialize), from the same seed, of the graded instance; return sha256s."""
-    return write_splits(dest, {f"train_{scale}.u8": source.sample(_source("graded"), TRAIN_SEQUENCES[scale],
-                                                                 _secrets()[f"train_{scale}"])})
+    return write_splits(dest, {f"train_{scale}.u8": hmm.sample(_source("graded"), TRAIN_SEQUENCES[scale],
+                                                              _secrets()[f"train_{scale}"], SEQ_LEN)})

@@ -16,10 +16,14 @@ Your own model (task.model_path, ai4ai.repo.models): the pristine repo's build_m
 `dense_file`, the dense weights of its derived repo (byom/dense.safetensors, made once by its
 prepare step and checked against byom/SHA256SUMS beside it); its prunable tensors are the weights
 of every linear layer (nn.Linear, Conv1D) but the LM head, found here from the model's modules.
+
+The text is the shared library's sparse HMM (grader_hidden/common/hmm.py; the `optimizer` task's
+kind of source, with this task's own secret seeds) at sequences of SEQ_LEN symbols. The 1.0 anchor
+is the dense model's perplexity, not the source's. The agent and the grader's pruning run see the
+materialized calibration split, never the source's parameters or seeds.
 """
 from __future__ import annotations
 
-import os
 import copy
 import functools
 import hashlib
@@ -31,12 +35,14 @@ import numpy as np
 import torch
 import yaml
 
-from . import source
+from ai4ai.core.hidden import shrunk, write_splits
+
+from ..common import hmm, lm
 
 HERE = Path(__file__).resolve().parent
 ARTIFACTS = HERE.parent.parent / "repos_frozen" / "pruning" / "artifacts"
 SPLITS = {"selection": 512, "test": 2048, "validation": 512}   # sequences of 64 symbols
-VOCAB, SEQ_LEN = source.VOCAB, source.SEQ_LEN
+VOCAB, SEQ_LEN = hmm.VOCAB, 64
 
 SPARSITY = 0.75
 PRUNABLE = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -50,7 +56,7 @@ DENSE_SHA256 = {"dense_small": "cf63f05a7c9ca96e8cbdabe371bd7c9e2eee3e08fd02f672
 REPO_FILES = {"pretrain_small": 16_000, "calib_ci": 256, "calib_smoke": 1024, "val": SPLITS["validation"]}
 CALIB_FILE_SEQUENCES = {"ci": 256, "smoke": 1024, "full": 16_384}
 PRETRAIN_FULL_SEQUENCES = 640_000
-if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py); the repo's config.py agrees
+if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py); the repo's config.py agrees
     ARCH = {**ARCH, "dense_full": dict(n_layer=2, n_embd=32, n_head=2)}
     CALIB_FILE_SEQUENCES = {**CALIB_FILE_SEQUENCES, "full": 128}
     PRETRAIN_FULL_SEQUENCES = 9_600       # the repo's 300 shrunk pretraining steps of 32
@@ -64,13 +70,13 @@ def _secrets() -> dict:
     return yaml.safe_load((HERE / "secrets.yaml").read_text())
 
 
-def _source() -> source.HMM:
-    return source.build_source(_secrets()["source"])
+def _source() -> hmm.HMM:
+    return hmm.build_source(_secrets()["source"])
 
 
 def split(name: str, cfg=None) -> np.ndarray:
     """A hidden split ([N, 64] uint8), regenerated from its secret seed."""
-    return source.sample(_source(), SPLITS[name], _secrets()[name])
+    return hmm.sample(_source(), SPLITS[name], _secrets()[name], SEQ_LEN)
 
 
 # --------------------------------------------------------------------------- the dense model
@@ -200,18 +206,9 @@ def _is_no_information(model: torch.nn.Module) -> bool:
 
 # --------------------------------------------------------------------------- the metric
 
-@torch.no_grad()
-def _nll(model: torch.nn.Module, tokens: np.ndarray, batch: int = 128) -> np.ndarray:
-    """Per-sequence mean -log p(x_t | x_<t), t = 1..T-1, as float64 [N]."""
-    x = torch.from_numpy(tokens.astype(np.int64))
-    device = next(model.parameters()).device
-    out = []
-    for i in range(0, len(x), batch):
-        b = x[i:i + batch].to(device)
-        logits = model(input_ids=b).logits[:, :-1].double()
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, b[:, 1:, None]).squeeze(-1)
-        out.append((-logp).mean(1).cpu().numpy())
-    return np.concatenate(out)
+def _nll(model: torch.nn.Module, tokens: np.ndarray) -> np.ndarray:
+    """Per-sequence mean -log p(x_t | x_<t), t = 1..T-1, as float64 [N], 128 sequences at a time."""
+    return lm.nll(model, tokens, batch=128)
 
 
 def _valid(model: torch.nn.Module, cfg) -> bool:
@@ -264,31 +261,18 @@ def best_attainable(split: np.ndarray, cfg=None) -> float:
 
 # --------------------------------------------------------------------------- data
 
-def _write(dest: Path, files: dict) -> dict:
-    sums = {}
-    for name, arr in files.items():
-        raw = arr.tobytes()
-        (dest / name).write_bytes(raw)
-        sums[name] = hashlib.sha256(raw).hexdigest()
-    return sums
-
-
 def write_repo_data(dest: Path) -> dict:
     """The committed data/ of the repo: pretraining corpus of the small model, calibration splits, validation."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    s, hmm = _secrets(), _source()
-    return _write(dest, {f"{n}.u8": source.sample(hmm, k, s["validation" if n == "val" else n])
-                         for n, k in REPO_FILES.items()})
+    s, src = _secrets(), _source()
+    return write_splits(dest, {f"{n}.u8": hmm.sample(src, k, s["validation" if n == "val" else n], SEQ_LEN)
+                               for n, k in REPO_FILES.items()})
 
 
 def materialize(scale: str, dest: Path) -> dict:
     """Write the calibration split of `scale` (and the validation split; at full the pretraining corpus)."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    s, hmm = _secrets(), _source()
-    files = {f"calib_{scale}.u8": source.sample(hmm, CALIB_FILE_SEQUENCES[scale], s[f"calib_{scale}"]),
-             "val.u8": source.sample(hmm, SPLITS["validation"], s["validation"])}
+    s, src = _secrets(), _source()
+    files = {f"calib_{scale}.u8": hmm.sample(src, CALIB_FILE_SEQUENCES[scale], s[f"calib_{scale}"], SEQ_LEN),
+             "val.u8": hmm.sample(src, SPLITS["validation"], s["validation"], SEQ_LEN)}
     if scale == "full":
-        files["pretrain_full.u8"] = source.sample(hmm, PRETRAIN_FULL_SEQUENCES, s["pretrain_full"])
-    return _write(dest, files)
+        files["pretrain_full.u8"] = hmm.sample(src, PRETRAIN_FULL_SEQUENCES, s["pretrain_full"], SEQ_LEN)
+    return write_splits(dest, files)

@@ -10,7 +10,6 @@ selection and test splits follow that instance too.
 """
 from __future__ import annotations
 
-import os
 import math
 from pathlib import Path
 
@@ -18,14 +17,14 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.core.hidden import write_splits
+from ai4ai.core.hidden import shrunk, write_splits
 
 from . import rule
 
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 4_000, "test": 96_000, "validation": 4_000}     # pairs, clean labels, no ties
 TRAIN_PAIRS = {"ci": 1_024, "smoke": 4_096, "full": 4_194_304}       # labels from the raters
-if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py)
+if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_PAIRS = {**TRAIN_PAIRS, "full": 1_024}
     SPLITS = {"selection": 256, "test": 512, "validation": 256}   # the hidden splits too: evaluation in seconds
 UNLABELLED = 32_768                                                    # sequences for the base LM

@@ -12,7 +12,6 @@ and test problems are its problems. 936 facts fit in a patch; the graded table's
 """
 from __future__ import annotations
 
-import os
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.core.hidden import write_splits
+from ai4ai.core.hidden import shrunk, write_splits
 from ai4ai.repo.models import cache_kwarg, token_maps
 
 from . import problems as P
@@ -33,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 # pass over it takes ~30 s on one CPU thread at ci/smoke.
 SPLITS = {"selection": 1024, "test": 32000, "validation": 1024}
 TRAIN_EXAMPLES = {"ci": 4_096, "smoke": 24_576, "full": 4_194_304}
-if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (tests/test_full_shrunk.py)
+if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_EXAMPLES = {**TRAIN_EXAMPLES, "full": 512}
     SPLITS = {"selection": 128, "test": 256, "validation": 128}   # the hidden splits too: evaluation in seconds
 PRETRAIN_ROWS = 8_192

@@ -18,7 +18,6 @@ beside it): the perplexity bound is relative to that model.
 from __future__ import annotations
 
 import hashlib
-import io
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -27,6 +26,8 @@ import numpy as np
 import torch
 import yaml
 from safetensors.torch import load_file
+
+from ai4ai.core.hidden import write_splits
 
 from . import source
 
@@ -219,33 +220,16 @@ def uninformative(model: torch.nn.Module) -> torch.nn.Module:
 
 # ------------------------------------------------------------------------------ files
 
-def _npy(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, arr, allow_pickle=False)
-    return buf.getvalue()
-
-
-def _write(dest: Path, files: dict) -> dict:
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    sums = {}
-    for name, arr in files.items():
-        raw = _npy(arr)
-        (dest / name).write_bytes(raw)
-        sums[name] = hashlib.sha256(raw).hexdigest()
-    return sums
-
-
 def materialize(scale: str, dest: Path) -> dict:
     """The repo's data files (the same at every scale): forget set, visible retain subset, validation."""
     f = _facts()
     val = split("validation")
-    return _write(dest, {"forget.npy": f["forget"], "retain.npy": f["retain"],
-                         "val_retain.npy": val["retain"], "val_text.npy": val["text"]})
+    return write_splits(dest, {"forget.npy": f["forget"], "retain.npy": f["retain"],
+                               "val_retain.npy": val["retain"], "val_text.npy": val["text"]})
 
 
 def prepare_data(dest: Path) -> dict:
     """What prepare.py memorises: every fact, and a general-text corpus. Never committed to the repo."""
     f = _facts()
-    return _write(dest, {"facts_all.npy": np.concatenate(list(f.values())),
-                         "text_train.npy": _text("general_train", TEXT_TRAIN_SEQUENCES)})
+    return write_splits(dest, {"facts_all.npy": np.concatenate(list(f.values())),
+                               "text_train.npy": _text("general_train", TEXT_TRAIN_SEQUENCES)})

@@ -23,7 +23,7 @@ for p in targets:
     except OSError as e:
         print('NOREAD', p, type(e).__name__)
 print('IMPORT_AI4AI', importlib.util.find_spec('ai4ai') is not None)
-print('IMPORT_HIDDEN', importlib.util.find_spec('ai4ai_hidden_optimizer') is not None)
+print('IMPORT_HIDDEN', importlib.util.find_spec('ai4ai_hidden') is not None)
 hits = []
 for root, dirs, files in os.walk('/', topdown=True):
     dirs[:] = [d for d in dirs if not (root == '/' and d in ('proc', 'sys', 'dev'))]
@@ -93,7 +93,7 @@ def test_training_run_reaches_no_hidden_data_and_no_validation(tmp_path, task):
     test data, the hidden seeds, the hidden data source and the grader's sources.
     Gains nothing: the validation file is absent from its repo copy and every hidden path is unreadable."""
     sb, repo, _ = training_sandbox(tmp_path, task)
-    targets = _targets(tmp_path) + ["/repo/data/val.u8", str(PROJECT_ROOT / "grader_hidden" / "optimizer" / "source.py"),
+    targets = _targets(tmp_path) + ["/repo/data/val.u8", str(PROJECT_ROOT / "grader_hidden" / "common" / "hmm.py"),
                                     str(PROJECT_ROOT / "grader_hidden" / "optimizer" / "grader.py")]
     out, log = run_py(sb, tmp_path, _hunt(tmp_path, targets), "/repo")
     assert out.returncode == 0, log

@@ -1,20 +1,19 @@
-"""The synthetic text source of the `optimizer` task: a sparse hidden Markov model.
+"""A synthetic text source: a sparse hidden Markov model (the `optimizer` and `pruning` tasks').
 
 Hidden state = (mode, substate). The mode changes rarely, so predicting the next symbol
 well means inferring the mode from a long stretch of context; within a mode, substates
 follow a sparse transition graph and emit from a few symbols each, shared across modes.
 
 Because the source is an HMM, the exact conditional likelihood p(x_t | x_<t) of any text is
-computable with the forward algorithm: the Bayes-optimal perplexity that anchors 1.0.
+computable with the forward algorithm (conditional_nll): the Bayes-optimal perplexity.
 
-build_source(seed) draws one instance of a family of such sources. The agent is given text of one
-instance (the secret `source` seed); graded runs are served, and tested on, text of another (the
-secret `instance` seed). The two share no parameters: each predicts the other's text worse than a
-uniform guess (perplexity about 200 against 32). Nothing a patch memorises of the visible
-instance transfers; what the family has in common (its structure and sizes) does.
+build_source(seed) draws one instance of a family of such sources; two instances share no
+parameters (each predicts the other's text worse than a uniform guess: perplexity about 200
+against 32). sample(hmm, n_seq, seed, seq_len) draws text of one; each task fixes its own
+sequence length (optimizer 128, pruning 64) and secret seeds in its grader.
 
-This file lives only in grader_hidden/: the agent and the grader's training run see the
-materialized training split, never the sources' parameters or seeds.
+This file lives only in grader_hidden/: the agent and the graders' training runs see
+materialized splits, never a source's parameters or seeds.
 """
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ import numpy as np
 N_MODES = 4
 N_SUBSTATES = 12
 VOCAB = 32
-SEQ_LEN = 128
 SWITCH_PROB = 0.03          # per-token chance that the mode changes
 SUCCESSORS = 3              # nonzero substate successors per substate
 EMITTED = 3                 # symbols each state can emit
@@ -64,7 +62,7 @@ def build_source(seed: int) -> HMM:
     return HMM(init=init, trans=trans, emit=emit)
 
 
-def sample(hmm: HMM, n_seq: int, seed: int, seq_len: int = SEQ_LEN) -> np.ndarray:
+def sample(hmm: HMM, n_seq: int, seed: int, seq_len: int) -> np.ndarray:
     """n_seq independent sequences [n_seq, seq_len] of uint8 symbols."""
     rng = np.random.default_rng(seed)
     K, V = hmm.emit.shape
