@@ -6,7 +6,10 @@
 Only for a change that is shown not to move what the shipped algorithm trains (e.g. identical
 weights from benchmarks/meter_equivalence.py or benchmarks/ci_sweep.py --compare): the record's
 anchors, seeds and timings stay as measured, its key gets the current task_version, and its
-provenance says `rekeyed_from`. A record already present for the current version is kept.
+provenance says `rekeyed_from`. A record already present for the current version is kept. A brought
+model's record (provenance.base_version) is not moved: its version is not the repo's. Nothing is
+pruned here (anchors.store(prune=False)): records of old versions that a later call may still move
+stay until `python tools/prune_records.py`.
 Afterwards `python -m ai4ai.calibrate task=TASK scale=ci verify=true` retrains the record's seeds and
 checks they reproduce (sft's ci record was once carried across a change that moved it: baseline
 0.1819 stored where the code gave 0.1930).
@@ -47,6 +50,9 @@ def main() -> None:
             continue
         if a.device_class and k["device_class"] != a.device_class:
             continue
+        if "base_version" in (r.get("provenance") or {}):
+            print(f"{a.task} {k['scale']} {k['device_class']}: a brought model's record ({k['task_version']}); not moved")
+            continue
         new = task_version(task, k["scale"])
         if new == k["task_version"] or (k["scale"], new, k["device_class"]) in have:
             print(f"{a.task} {k['scale']} {k['device_class']}: a record for {new} exists; kept")
@@ -54,7 +60,7 @@ def main() -> None:
         r = json.loads(json.dumps(r))
         r.setdefault("provenance", {})["rekeyed_from"] = k["task_version"]
         r["key"]["task_version"] = new
-        anchors.store(task.grader, r)
+        anchors.store(task.grader, r, prune=False)
         have.add((k["scale"], new, k["device_class"]))
         moved += 1
         print(f"{a.task} {k['scale']} {k['device_class']}: {k['task_version']} -> {new}")

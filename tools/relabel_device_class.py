@@ -46,7 +46,7 @@ def main() -> None:
         new = json.loads(json.dumps(r))
         new["key"]["device_class"] = a.new
         new.setdefault("provenance", {})["relabelled_from"] = a.old
-        anchors.store(task.grader, new, replaces=k)
+        anchors.store(task.grader, new, replaces=k, prune=False)      # a relabelling removes nothing else
         moved += 1
         print(f"{a.task} {k['scale']}: {a.old} -> {a.new}")
     print(f"{a.task}: {moved} relabelled")

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -14,7 +15,7 @@ from ai4ai import PROJECT_ROOT, __version__
 from ai4ai.core.hidden import COMMON, HIDDEN_DIR, uses_common
 
 # Calibration outputs live beside the hidden grader but are not part of what they measure.
-UNVERSIONED = {"anchors.yaml", "anchors.lock", "anchors.tmp", "calibration", "models.yaml", "models.tmp"}
+UNVERSIONED = {"anchors.yaml", "anchors.lock", "anchors.tmp", "calibration", "models.yaml", "models.lock", "models.tmp"}
 
 
 def tree_sha256(root: Path, skip: set[str] = frozenset()) -> str:
@@ -126,6 +127,17 @@ def task_version(task, scale: str | None = None) -> str:
     if getattr(task, "model_path", None):      # bring your own model: its content, not its path
         h.update(b"model" + model_sha256(task.model_path).encode())
     return h.hexdigest()[:16]
+
+
+def base_version(task, scale: str | None = None) -> str:
+    """The version of `task` without a brought model (task.model_path): that of the task before
+    models.with_model derived it (task.base_task), or, not derived, of the same task without the
+    model. Without a model, task_version itself. A brought model's anchor records carry it: their own
+    version folds in the model's content and derived repo, which the repo alone cannot recompute, and
+    they are current exactly while this one is (anchors.store)."""
+    if not getattr(task, "model_path", None):
+        return task_version(task, scale)
+    return task_version(replace(getattr(task, "base_task", None) or task, model_path=None), scale)
 
 
 _MODEL_SHA: dict = {}

@@ -163,6 +163,10 @@ class Task:
     tuning: tuple | None = None
     # Budgets served from outside the training sandbox (None: the task meters nothing that way)
     meter: Meter | None = None
+    # With model_path, once models.with_model has pointed the task at the repo derived for the model: the
+    # task as it was before (its own repo, no model). Its version is the base version a brought model's
+    # anchor records carry (provenance.base_version), by which they are judged current. None otherwise.
+    base_task: Task | None = None
 
     def scale(self, name: str) -> ScaleBudget:
         if name not in self.scales:
