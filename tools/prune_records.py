@@ -12,7 +12,7 @@ class and torch; a brought model's record goes when the base version it carries 
 detail file goes with its record (one whose calibration a kept record has, re-keyed or
 relabelled since, stays). Nothing else of grader_hidden/ is touched. Git keeps what it removes.
 
-Re-key first (benchmarks/rekey_anchors.py): records of an old version that a change did not move
+Re-key first (tools/rekey_anchors.py): records of an old version that a change did not move
 are carried to the current one there, and are then current here.
 """
 from __future__ import annotations

@@ -138,7 +138,7 @@ def store(grader_dir: Path, record: dict, replaces: dict | None = None, detail: 
     the field (models.is_legacy): then such a record might be a brought model's, and only a
     record of the current version is told apart; the rest stay. A detail file is judged like its
     record, and stays too while a kept record has its calibration (provenance calibrated_at and host:
-    the record it details, re-keyed or relabelled since). `prune=False` (benchmarks/rekey_anchors.py,
+    the record it details, re-keyed or relabelled since). `prune=False` (tools/rekey_anchors.py,
     relabel_device_class.py, which move records of other versions one by one) stores only;
     tools/prune_records.py prunes with every scale's current version (prune), by the same rule."""
     path = anchors_path(grader_dir)
