@@ -15,9 +15,9 @@ from omegaconf import DictConfig
 
 from ai4ai import CONF_DIR
 from ai4ai.analysis.auditing import audit_db, audit_run, changed_names, summary, table
-from ai4ai.grading.context import UsageError
-from ai4ai.entry import hydra_run_dir
 from ai4ai.core.layout import write_json
+from ai4ai.entry import hydra_run_dir
+from ai4ai.grading.context import UsageError
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="audit")

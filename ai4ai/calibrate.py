@@ -20,9 +20,9 @@ import hydra
 from omegaconf import DictConfig
 
 from ai4ai import CONF_DIR
+from ai4ai.entry import hydra_run_dir
 from ai4ai.grading.anchors import add_probe, calibrate, find, measure_cpu, needs_cpu_here, verify
 from ai4ai.grading.context import context
-from ai4ai.entry import hydra_run_dir
 
 
 def _stored(ctx, purpose: str, instead: str):

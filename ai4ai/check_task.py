@@ -11,9 +11,9 @@ import hydra
 from omegaconf import DictConfig
 
 from ai4ai import CONF_DIR
-from ai4ai.entry import hydra_run_dir
 from ai4ai.analysis.task_checks import check
 from ai4ai.analysis.tuning import tuning_checks
+from ai4ai.entry import hydra_run_dir
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="check_task")

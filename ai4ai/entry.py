@@ -15,7 +15,7 @@ def hydra_run_dir() -> Path:
     in the same second (a calibration at ci and one at smoke, say) were given the same folder and
     each moved the other's seed folders away mid-run. The second now stops at once, with a message,
     before it writes anything; running again in the same folder after the first has ended is fine."""
-    from hydra.core.hydra_config import HydraConfig      # only inside a running @hydra.main
+    from hydra.core.hydra_config import HydraConfig  # only inside a running @hydra.main
     d = Path(HydraConfig.get().runtime.output_dir)
     claim_run_dir(d)
     return d

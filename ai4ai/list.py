@@ -4,11 +4,11 @@ from __future__ import annotations
 import yaml
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.grading import anchors as anchor_store
-from ai4ai.repo import models as own_models
 from ai4ai.agents import kinds
 from ai4ai.core.provenance import benchmark_version, task_version
 from ai4ai.core.task import TaskError, list_tasks, load_task
+from ai4ai.grading import anchors as anchor_store
+from ai4ai.repo import models as own_models
 
 
 def _comment(path) -> str:

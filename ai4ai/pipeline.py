@@ -13,27 +13,29 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ai4ai import agents as agent_kinds
-from ai4ai.grading import anchors
-from ai4ai.core import hostspeed, record, result as results
 from ai4ai.agents.base import COST_KEYS, AgentContext, AgentOutcome
 from ai4ai.agents.cli import AgentSetupError
 from ai4ai.agents.patch import resolve as resolve_patch
+from ai4ai.core import hostspeed, record
+from ai4ai.core import result as results
 from ai4ai.core.console import say
-from ai4ai.grading.context import NETWORK_MODES, RunContext, UsageError, context
-from ai4ai.grading.seeds import grade_seeds
-from ai4ai.window.instructions import render
-from ai4ai.grading.plan import plan_lines
 from ai4ai.core.layout import RunDir, read_json, write_json
-from ai4ai.repo.models import provenance_record
 from ai4ai.core.provenance import UNVERSIONED, tree_sha256, versions
-from ai4ai.window.proxy import ProxyServer, choose_submission, client_bin, write_submission_record
-from ai4ai.sandbox.box import agent_sandbox
 from ai4ai.core.scoring import Scored, score_seeds
+from ai4ai.core.trajectory import EMPTY_SUMMARY
+from ai4ai.core.trajectory import summary as trajectory_summary
+from ai4ai.grading import anchors
+from ai4ai.grading.context import NETWORK_MODES, RunContext, UsageError, context
+from ai4ai.grading.plan import plan_lines
+from ai4ai.grading.seeds import grade_seeds
+from ai4ai.grading.training import run_nonce
+from ai4ai.repo.models import provenance_record
 from ai4ai.repo.patches import PatchFormatError, parse_patch
 from ai4ai.repo.submission import Submission, from_patch, from_workspace
-from ai4ai.core.trajectory import EMPTY_SUMMARY, summary as trajectory_summary
-from ai4ai.grading.training import run_nonce
 from ai4ai.repo.workspace import agent_workspace, pristine_copy
+from ai4ai.sandbox.box import agent_sandbox
+from ai4ai.window.instructions import render
+from ai4ai.window.proxy import ProxyServer, choose_submission, client_bin, write_submission_record
 
 SUBMISSION_POLICIES = ("final", "marked", "best_proxy")
 

@@ -8,9 +8,9 @@ import hydra
 from omegaconf import DictConfig
 
 from ai4ai import CONF_DIR
+from ai4ai.core.provenance import default_device
 from ai4ai.grading.context import resolve_scale, task_from_cfg
 from ai4ai.repo.preparing import prepare
-from ai4ai.core.provenance import default_device
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="prepare")

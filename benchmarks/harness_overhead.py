@@ -19,10 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ai4ai.grading import anchors as anchor_store  # noqa: E402
-from ai4ai.grading.context import Key  # noqa: E402
 from ai4ai.core.provenance import device_class, task_version, torch_minor  # noqa: E402
 from ai4ai.core.task import load_task  # noqa: E402
+from ai4ai.grading import anchors as anchor_store  # noqa: E402
+from ai4ai.grading.context import Key  # noqa: E402
 
 DIRECT_EVAL = """
 import sys, json, math

@@ -27,9 +27,9 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ai4ai.repo.meter import read_report, remove_held, serving  # noqa: E402
 from ai4ai.core.provenance import python_executable  # noqa: E402
 from ai4ai.core.task import list_tasks, load_task  # noqa: E402
+from ai4ai.repo.meter import read_report, remove_held, serving  # noqa: E402
 
 
 def digests(out: Path) -> dict[str, str]:

@@ -30,9 +30,11 @@ REPO = ROOT / "repos_frozen" / "unlearning"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(REPO))
 
-from grader_hidden.unlearning import grader as G, source as S  # noqa: E402
 from model import build_model, value_logits  # noqa: E402  (the repo's own)
 from safetensors.torch import load_file  # noqa: E402
+
+from grader_hidden.unlearning import grader as G  # noqa: E402
+from grader_hidden.unlearning import source as S  # noqa: E402
 
 
 def main() -> None:

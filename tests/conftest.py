@@ -28,6 +28,7 @@ def baseline_ci_run(tmp_path_factory):
     through `pipeline.run` with outputs in a fresh folder: (cfg, run_dir, result). A minute or so of
     training and grading, shared by the tests that read such a run (end to end, audit)."""
     import json
+
     from ai4ai import pipeline
     tmp = tmp_path_factory.mktemp("baseline_ci")
     cfg = compose_in(tmp, "config", ["task=optimizer", "scale=ci", "agent=baseline"])
@@ -75,6 +76,7 @@ def graded_context(compose_cfg, tmp_path: Path, task: str, scale: str):
     """A real grading context whose task reads its anchors from a copy of its grader folder in
     tmp_path (so a test may rewrite the records)."""
     from dataclasses import replace
+
     from ai4ai.grading.context import context
     ctx = context(compose_cfg("grade", [f"task={task}", f"scale={scale}"]), tmp_path / "run")
     grader = tmp_path / "grader"

@@ -83,7 +83,7 @@ class FakeAPI:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "FakeAPI":
+    def start(self) -> FakeAPI:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         return self
 

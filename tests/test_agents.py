@@ -13,10 +13,10 @@ import pytest
 from ai4ai import pipeline
 from ai4ai.agents.base import AgentContext
 from ai4ai.agents.cli import DUMMY_KEY, Wiring, run_cli
-from ai4ai.window.proxy import choose_submission
 from ai4ai.core.trajectory import summary as trajectory_summary
-from ai4ai.sandbox.box import KERNELS_DIR, Mount, Sandbox, bwrap_available
 from ai4ai.repo.submission import Submission
+from ai4ai.sandbox.box import KERNELS_DIR, Mount, Sandbox, bwrap_available
+from ai4ai.window.proxy import choose_submission
 
 KEY = "sk-test-NEVER-IN-RUN-DIR-9f3a"
 
@@ -198,8 +198,8 @@ def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(t
 def test_the_agent_is_told_where_its_proxy_has_no_scale():
     """A task graded on a fresh instance (data.grading) answers proxy calls with a raw metric only; its
     instructions say so and why, and a task with validation anchors' do not."""
-    from ai4ai.window.instructions import render
     from ai4ai.core.task import load_task
+    from ai4ai.window.instructions import render
     for name, fresh in (("optimizer", True), ("reward_model", True), ("sft", True), ("pruning", False)):
         text = render(load_task(name), "ci", 120, started=1_800_000_000)
         assert ("graded on a fresh instance of its source" in text) is fresh, name
@@ -208,9 +208,10 @@ def test_the_agent_is_told_where_its_proxy_has_no_scale():
 
 def test_the_agent_knows_its_time(tmp_path, monkeypatch):
     import subprocess
+
+    from ai4ai.core.task import load_task
     from ai4ai.window.instructions import render
     from ai4ai.window.proxy import client_bin
-    from ai4ai.core.task import load_task
     text = render(load_task("optimizer"), "ci", 120, started=1_800_000_000)
     assert "120 seconds" in text and "Unix time 1800000120" in text and "ai4ai-time" in text
     exe = client_bin(tmp_path) / "ai4ai-time"

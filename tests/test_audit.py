@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 from ai4ai import PROJECT_ROOT
-
-
-
 from ai4ai.analysis import auditing as audit
+
+
 @pytest.fixture
 def ci_run(baseline_ci_run):
     """The session's real baseline run at ci (tests/conftest.py), shared with test_end_to_end."""

@@ -17,15 +17,12 @@ import pytest
 import yaml
 
 from ai4ai import PROJECT_ROOT, pipeline
-
 from ai4ai.analysis import auditing
-
-from ai4ai.grading import context
-
-from ai4ai.repo import models
-from ai4ai.list import own_model_lines
 from ai4ai.core.provenance import model_sha256, task_version
 from ai4ai.core.task import load_task
+from ai4ai.grading import context
+from ai4ai.list import own_model_lines
+from ai4ai.repo import models
 
 from .own_models import save_model
 
@@ -316,6 +313,7 @@ def test_audit_refuses_a_model_that_is_gone_or_changed(case, saved, tmp_path, ca
 
 def test_audit_command_and_database_rows_for_a_gone_model(saved, tmp_path, monkeypatch):
     import subprocess
+
     from ai4ai.analysis.runs import Run
     copy = tmp_path / "models" / "llama"
     shutil.copytree(saved["llama"], copy)

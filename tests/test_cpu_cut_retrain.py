@@ -3,7 +3,8 @@ _retrain_after_cpu_cut): on a shared host a slow spell costs CPU time too, so on
 not decide a score. Real trainings of dpo at ci (seconds each)."""
 from dataclasses import replace
 
-from ai4ai.grading import anchors, seeds as grading
+from ai4ai.grading import anchors
+from ai4ai.grading import seeds as grading
 from ai4ai.grading.context import context
 
 from .conftest import needs_bwrap

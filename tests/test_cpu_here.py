@@ -4,8 +4,8 @@ is completed by measuring the shipped algorithm here (anchors.needs_cpu_here / m
 import pytest
 import yaml
 
-from ai4ai.grading import anchors
 from ai4ai.core.scoring import phi
+from ai4ai.grading import anchors
 
 from .conftest import graded_context, needs_bwrap
 

@@ -1,6 +1,7 @@
 """Every dependency pyproject.toml declares is used by the project (imported, or named as a Hydra
 launcher), so an install pulls nothing the benchmark does not run."""
 import re
+
 import tomllib
 
 from ai4ai import PROJECT_ROOT
@@ -16,7 +17,7 @@ USES = {"torch": r"^\s*(import|from) torch\b", "transformers": r"^\s*from transf
 
 def _declared() -> list[str]:
     deps = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    return [re.split(r"[<>=!~\[ ]", d, 1)[0].lower() for d in deps]
+    return [re.split(r"[<>=!~\[ ]", d, maxsplit=1)[0].lower() for d in deps]
 
 
 def test_every_declared_dependency_is_used():

@@ -6,7 +6,8 @@ import pytest
 
 from ai4ai import pipeline
 from ai4ai.core.record import connect
-from ai4ai.core.result import FIELDS as REQUIRED_FIELDS, validate
+from ai4ai.core.result import FIELDS as REQUIRED_FIELDS
+from ai4ai.core.result import validate
 
 from .conftest import example
 

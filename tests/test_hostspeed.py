@@ -7,11 +7,9 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from ai4ai.grading import anchors
-
 from ai4ai.analysis import auditing
-
 from ai4ai.core import hostspeed
+from ai4ai.grading import anchors
 from ai4ai.grading.seeds import grade_seeds
 
 from .conftest import graded_context, needs_bwrap
@@ -80,6 +78,7 @@ def test_every_task_and_scale_has_a_current_record_with_a_probe():
     that record's CPU cap there. (Records of a CPU class calibrated before the probe, which only a host
     of that class could add a figure to, keep their caps as they are.)"""
     import yaml
+
     from ai4ai.core.provenance import task_version
     from ai4ai.core.task import list_tasks, load_task
     missing = []

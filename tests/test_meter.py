@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from ai4ai.sandbox import meter_wire
-from ai4ai.repo.meter import held_files, read_report, remove_held, serving
 from ai4ai.core.task import TaskError, load_task, parse_meter
+from ai4ai.repo.meter import held_files, read_report, remove_held, serving
+from ai4ai.sandbox import meter_wire
 
 TOY = '''
 import dataclasses
@@ -137,7 +137,7 @@ def test_what_is_not_declared_is_not_served(toy):
     module, _, _, _ = toy
     s = meter_wire.remote(module.Split)("ci")
     with pytest.raises(AttributeError, match="not served by the meter"):
-        s.secret                                     # the data itself stays on the server
+        _ = s.secret                                 # the data itself stays on the server
     with pytest.raises(AttributeError):
         s.served = 0
     with pytest.raises(meter_wire.MeterError, match="this run's scale is 'ci', not 'smoke'"):
@@ -288,9 +288,9 @@ def test_a_graded_teacher_goes_to_the_meters_copy_only(tmp_path, monkeypatch):
     import hashlib
     import shutil
 
+    from ai4ai.grading.training import build_meter_copy, build_training_copy, meter_needs_graded
     from ai4ai.repo.preparing import read_sums, write_sums
     from ai4ai.repo.submission import Submission
-    from ai4ai.grading.training import build_meter_copy, build_training_copy, meter_needs_graded
     task = load_task("distillation")
     graded = tmp_path / "graded"
     (graded / "artifacts").mkdir(parents=True)

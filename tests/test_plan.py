@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from ai4ai.repo import preparing as prep
-from ai4ai.grading.plan import calibration_cut, calibration_estimate_s, gpu_hours, plan_lines, prepare_lines
 from ai4ai.core.task import TaskError, list_tasks, load_task, parse_task
+from ai4ai.grading.plan import calibration_cut, calibration_estimate_s, gpu_hours, plan_lines, prepare_lines
+from ai4ai.repo import preparing as prep
 
 TASKS = list_tasks()
 
@@ -203,6 +203,7 @@ def test_prepared_artifacts_are_made_readable_by_the_sandbox_user(tmp_path):
     """safetensors writes 0600 files; training reads the prepared model as an unprivileged user."""
     import dataclasses
     import stat
+
     import torch
     from safetensors.torch import save_file
     task = load_task("sft")
@@ -219,6 +220,7 @@ def test_prepared_artifacts_are_made_readable_by_the_sandbox_user(tmp_path):
 
 def _raw(name):
     import yaml
+
     from ai4ai.core.task import TASK_DIR
     return yaml.safe_load((TASK_DIR / f"{name}.yaml").read_text())
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ai4ai.core import record
 from ai4ai.analysis.reporting import report
 from ai4ai.analysis.runs import hierarchical_interval, load_runs, read_curve
+from ai4ai.core import record
 
 from .conftest import example
 from .fixtures.results import fake_result

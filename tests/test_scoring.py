@@ -2,9 +2,8 @@ import math
 
 import pytest
 
+from ai4ai.core.scoring import Anchors, bootstrap_interval, phi, score_seeds, sigma
 from ai4ai.grading.seeds import SeedResult
-from ai4ai.core.scoring import score_seeds
-from ai4ai.core.scoring import Anchors, bootstrap_interval, phi, sigma
 
 
 def test_sigma_max_direction_hits_the_three_anchors():

@@ -4,10 +4,10 @@ import shutil
 import pytest
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.repo.patches import PatchFormatError, parse_patch
-from ai4ai.repo.leaks import INFO_FLOOR_BYTES, INFO_FRACTION, information_budget
-from ai4ai.repo.submission import MAX_PATCH_BYTES, apply, from_patch, from_workspace, unified_diff
 from ai4ai.core.task import list_tasks, load_task
+from ai4ai.repo.leaks import INFO_FLOOR_BYTES, INFO_FRACTION, information_budget
+from ai4ai.repo.patches import PatchFormatError, parse_patch
+from ai4ai.repo.submission import MAX_PATCH_BYTES, apply, from_patch, from_workspace, unified_diff
 
 from .conftest import example
 

@@ -109,6 +109,7 @@ def test_task_version_ignores_other_tasks(tmp_path, monkeypatch):
     """Anchors are keyed by the task version: adding another task leaves it unchanged."""
     import shutil
     from dataclasses import replace
+
     import ai4ai.core.provenance as prov
     fake_root = tmp_path / "root"
     for d in ("repos_frozen", "grader_hidden", "conf/task", "ai4ai_kernels"):

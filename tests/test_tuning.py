@@ -7,13 +7,13 @@ import pytest
 import yaml
 
 from ai4ai import PROJECT_ROOT
+from ai4ai.analysis.task_checks import EXAMPLE_MARGIN, Report
+from ai4ai.analysis.tuning import noise_sigma, patch_source, point_patch, tuning_checks
+from ai4ai.core.task import TaskError, list_tasks, load_task, parse_task
 from ai4ai.grading import anchors as anchor_store
 from ai4ai.grading.context import context
-from ai4ai.analysis.task_checks import EXAMPLE_MARGIN, Report
 from ai4ai.repo.patches import parse_patch
 from ai4ai.repo.submission import from_patch
-from ai4ai.core.task import TaskError, list_tasks, load_task, parse_task
-from ai4ai.analysis.tuning import noise_sigma, patch_source, point_patch, tuning_checks
 
 RAW = yaml.safe_load((PROJECT_ROOT / "conf" / "task" / "sft.yaml").read_text())
 

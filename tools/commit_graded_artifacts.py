@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ai4ai.repo import preparing  # noqa: E402
 from ai4ai.core.provenance import device_class, task_version  # noqa: E402
 from ai4ai.core.task import load_task  # noqa: E402
+from ai4ai.repo import preparing  # noqa: E402
 
 
 def main() -> None:

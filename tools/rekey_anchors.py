@@ -25,9 +25,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ai4ai.grading import anchors  # noqa: E402
 from ai4ai.core.provenance import task_version  # noqa: E402
 from ai4ai.core.task import load_task  # noqa: E402
+from ai4ai.grading import anchors  # noqa: E402
 
 
 def main() -> None:

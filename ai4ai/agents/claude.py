@@ -13,7 +13,8 @@ which prices tokens from a table inside the CLI.
 from __future__ import annotations
 
 from ai4ai.agents.base import AgentContext, AgentOutcome
-from ai4ai.agents.cli import DUMMY_KEY, Wiring, preflight as _preflight, resolve_executable, run_cli
+from ai4ai.agents.cli import DUMMY_KEY, Wiring, resolve_executable, run_cli
+from ai4ai.agents.cli import preflight as _preflight
 
 INSTALL = "npm install -g @anthropic-ai/claude-code"
 DEFAULT_BASE_URL = "https://api.anthropic.com"

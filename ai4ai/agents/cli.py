@@ -13,14 +13,14 @@ import shutil
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.window.gateway import Gateway, GatewayError, Upstream
-from ai4ai.sandbox.box import Mount
 from ai4ai.agents.base import AgentContext, AgentOutcome
+from ai4ai.sandbox.box import Mount
+from ai4ai.window.gateway import Gateway, GatewayError, Upstream
 
 SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc")
 DUMMY_KEY = "ai4ai-dummy-key-the-gateway-holds-the-real-one"

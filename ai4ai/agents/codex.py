@@ -20,7 +20,8 @@ import json
 from pathlib import Path
 
 from ai4ai.agents.base import AgentContext, AgentOutcome
-from ai4ai.agents.cli import DUMMY_KEY, HOME_INSIDE, Wiring, preflight as _preflight, resolve_executable, run_cli
+from ai4ai.agents.cli import DUMMY_KEY, HOME_INSIDE, Wiring, resolve_executable, run_cli
+from ai4ai.agents.cli import preflight as _preflight
 
 INSTALL = "npm install -g @openai/codex"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

@@ -3,8 +3,8 @@ import time
 from pathlib import Path
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.repo.patches import PatchFormatError, parse_patch
 from ai4ai.agents.base import AgentContext, AgentOutcome
+from ai4ai.repo.patches import PatchFormatError, parse_patch
 
 
 def resolve(path: str) -> Path:

@@ -41,15 +41,15 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.grading import anchors as anchor_store
+from ai4ai.analysis.runs import load_runs
 from ai4ai.core import hostspeed
 from ai4ai.core.console import say
-from ai4ai.grading.context import UsageError, context
-from ai4ai.grading.seeds import grade_seeds
 from ai4ai.core.layout import RunDir, write_json
 from ai4ai.core.provenance import UNVERSIONED, benchmark_version, model_sha256, tree_sha256, versions
-from ai4ai.analysis.runs import load_runs
 from ai4ai.core.scoring import Anchors, score_seeds, seed_noise_sigma
+from ai4ai.grading import anchors as anchor_store
+from ai4ai.grading.context import UsageError, context
+from ai4ai.grading.seeds import grade_seeds
 from ai4ai.repo.patches import PatchFormatError
 from ai4ai.repo.submission import from_patch
 from ai4ai.repo.workspace import pristine_copy

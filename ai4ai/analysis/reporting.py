@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ai4ai.analysis.runs import (NO_SANDBOX_MARK, Section, build_sections, load_runs, read_labels)
-
+from ai4ai.analysis.runs import NO_SANDBOX_MARK, Section, build_sections, load_runs, read_labels
 
 # --------------------------------------------------------------------------- formats
 

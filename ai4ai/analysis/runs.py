@@ -19,10 +19,10 @@ import yaml
 
 from ai4ai import PROJECT_ROOT
 from ai4ai.analysis.classify import LABELS, Classification, classify_patch
+from ai4ai.core import trajectory
 from ai4ai.core.layout import RunDir
 from ai4ai.core.record import config_sha
 from ai4ai.core.task import TaskError, load_task
-from ai4ai.core import trajectory
 
 NO_SANDBOX_MARK = "†"
 

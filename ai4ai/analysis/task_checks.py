@@ -15,16 +15,15 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ai4ai import PROJECT_ROOT
-
-from ai4ai.grading import anchors
 from ai4ai.core.console import say
-from ai4ai.grading.context import context
-from ai4ai.grading.seeds import grade_seeds
 from ai4ai.core.hidden import REQUIRED, load_grader
 from ai4ai.core.scoring import phi, score_seeds, seed_noise_sigma
+from ai4ai.core.task import Task, TaskError, load_task
+from ai4ai.grading import anchors
+from ai4ai.grading.context import context
+from ai4ai.grading.seeds import grade_seeds
 from ai4ai.repo.patches import PatchFormatError
 from ai4ai.repo.submission import from_patch
-from ai4ai.core.task import Task, TaskError, load_task
 
 EXAMPLE_MARGIN = 3.0        # an example must beat 0.1 by more than 3 x the seed noise
 ANCHOR_MARGIN = 5.0         # anchors must be separated by more than 5 x the seed std of phi

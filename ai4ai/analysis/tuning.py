@@ -16,14 +16,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ai4ai.grading import anchors
+from ai4ai.analysis.task_checks import EXAMPLE_MARGIN, Report
 from ai4ai.core.console import say
+from ai4ai.core.scoring import Scored, score_seeds, seed_noise_sigma
+from ai4ai.core.task import Task, TaskError
+from ai4ai.grading import anchors
 from ai4ai.grading.context import context
 from ai4ai.grading.seeds import grade_seeds
-from ai4ai.core.scoring import Scored, score_seeds, seed_noise_sigma
 from ai4ai.repo.submission import from_patch, unified_diff
-from ai4ai.core.task import Task, TaskError
-from ai4ai.analysis.task_checks import EXAMPLE_MARGIN, Report
 
 # --------------------------------------------------------------------------- building a point
 

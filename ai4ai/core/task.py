@@ -36,7 +36,7 @@ class ScaleBudget:
     # Expected peak GPU memory of one training run of the shipped algorithm (GiB); full only.
     peak_gpu_gib: float | None = None
     # What one seed of the shipped algorithm costs on the scale's device (see Estimate); full only.
-    estimate: "Estimate | None" = None
+    estimate: Estimate | None = None
 
 
 ESTIMATE_UNITS = ("tokens", "samples", "env_steps", "graphs", "examples")

@@ -34,17 +34,17 @@ import yaml
 
 from ai4ai.core import hostspeed
 from ai4ai.core.console import say
-from ai4ai.grading.context import Key, RunContext
-from ai4ai.grading.evaluation import EvalSpec, run_worker
-from ai4ai.grading.seeds import grade_seeds
 from ai4ai.core.hostspeed import Speed
 from ai4ai.core.layout import RunDir, file_lock, write_json
-from ai4ai.grading.plan import calibration_cut, calibration_estimate_s
 from ai4ai.core.provenance import base_version, model_sha256, versions
-from ai4ai.repo import models as own_models
 from ai4ai.core.scoring import Anchors, phi, phi_mean_raw
-from ai4ai.repo.submission import Submission
 from ai4ai.core.task import Task
+from ai4ai.grading.context import Key, RunContext
+from ai4ai.grading.evaluation import EvalSpec, run_worker
+from ai4ai.grading.plan import calibration_cut, calibration_estimate_s
+from ai4ai.grading.seeds import grade_seeds
+from ai4ai.repo import models as own_models
+from ai4ai.repo.submission import Submission
 
 METERED_SCALES = ("ci", "smoke")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ai4ai.repo.models import with_model
 from ai4ai.core.provenance import benchmark_version, default_device, device_class, task_version, torch_minor
-from ai4ai.sandbox.box import resolve_backend
 from ai4ai.core.task import Task, TaskError, load_task, parse_task
+from ai4ai.repo.models import with_model
+from ai4ai.sandbox.box import resolve_backend
 
 # agent.network: none; api_only (no network, only the API gateway to agent.api_hosts, which the
 # coding-agent CLIs set up in agents/cli.py); open (the host network)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.repo import preparing as prep
 from ai4ai.core.task import Task
+from ai4ai.repo import preparing as prep
 
 UNIT_NAMES = {"tokens": "tokens", "samples": "sampled trajectories", "env_steps": "environment steps",
               "graphs": "graphs", "examples": "examples"}

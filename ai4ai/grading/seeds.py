@@ -12,11 +12,20 @@ from pathlib import Path
 from ai4ai.core.console import say
 from ai4ai.grading.context import RunContext
 from ai4ai.grading.evaluation import CKPT_RE, EvalSpec, WorkerError, run_worker
+from ai4ai.grading.training import (
+    EnvironmentFault,
+    build_meter_copy,
+    build_once,
+    build_training_copy,
+    device_lock,
+    meter_needs_graded,
+    run_training,
+    stage_dir,
+    training_seed,
+)
 from ai4ai.repo.meter import read_report
-from ai4ai.repo.submission import Submission
 from ai4ai.repo.preparing import graded_artifacts, grading_mounts
-from ai4ai.grading.training import (EnvironmentFault, build_meter_copy, build_once, build_training_copy, device_lock,
-                       meter_needs_graded, run_training, stage_dir, training_seed)
+from ai4ai.repo.submission import Submission
 from ai4ai.repo.workspace import pristine_copy
 
 
@@ -146,7 +155,7 @@ def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Pat
                               else training_seed(ctx, f"grade {seed}", seed))
                 r = train_and_evaluate(copies, seed, seed_dir, train_seed)
                 if r.cut == "cpu" and ctx.cpu_cap_s is not None:
-                    r = _retrain_after_cpu_cut(ctx, r, lambda d: train_and_evaluate(copies, seed, d, train_seed),
+                    r = _retrain_after_cpu_cut(ctx, r, lambda d, s=seed, ts=train_seed: train_and_evaluate(copies, s, d, ts),
                                                seed_dir)
             except EnvironmentFault as e:   # the machine's fault: error, retried on rerun
                 r = SeedResult(seed=seed, status="error", reason=f"environment: {e}", raw=None,

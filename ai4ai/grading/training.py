@@ -19,24 +19,23 @@ import socket
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from ai4ai import PROJECT_ROOT
-
 from ai4ai.core import hostspeed
 from ai4ai.core.console import TrainingBar, printable
+from ai4ai.core.layout import KERNELS, OUT, REPO, TRAIN_HOME, RunDir, file_lock, write_json
+from ai4ai.core.provenance import python_executable
+from ai4ai.core.task import Task
 from ai4ai.grading.context import RunContext
 from ai4ai.grading.evaluation import CKPT_RE, MAX_CKPT_OVERHEAD
-from ai4ai.core.layout import KERNELS, OUT, REPO, TRAIN_HOME, RunDir, file_lock, write_json
 from ai4ai.repo.meter import MeterFault, Served, remove_held, serving
 from ai4ai.repo.preparing import read_sums, shrink_env, write_sums
-from ai4ai.core.provenance import python_executable
-from ai4ai.sandbox.box import KERNELS_DIR, Mount, Sandbox, default_memory_limit
 from ai4ai.repo.submission import Submission, apply
-from ai4ai.core.task import Task
 from ai4ai.repo.workspace import copy_repo, make_read_only, make_writable
+from ai4ai.sandbox.box import KERNELS_DIR, Mount, Sandbox, default_memory_limit
 
 MAX_CKPT_FILES = 3
 

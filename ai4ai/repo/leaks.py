@@ -94,9 +94,9 @@ def check_literals(source: str) -> str | None:
 # kept in a .py file that is read as text rather than imported, is a payload all the same.
 # "/", "-" and "_" split a run: URLs and paths are made of them, and a base64 payload of either
 # alphabet still leaves most of its characters in runs of 32 or more.
-_RUN = re.compile(r"[A-Za-z0-9+]{%d,}=*" % BASE64_RUN)
-_HEX = re.compile(r"[0-9a-fA-F]{%d,}" % HEX_RUN)
-_DIGITS = re.compile(r"[0-9]{%d,}" % DIGIT_RUN)
+_RUN = re.compile(rf"[A-Za-z0-9+]{{{BASE64_RUN},}}=*")
+_HEX = re.compile(rf"[0-9a-fA-F]{{{HEX_RUN},}}")
+_DIGITS = re.compile(rf"[0-9]{{{DIGIT_RUN},}}")
 # a number written in a comment or string: 3, -0.5, 1e-3, .25 (not the 2 of "v2" or "x2")
 _NUMBER_IN_TEXT = re.compile(r"(?<![\w.])[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?(?![\w.])")
 

@@ -17,17 +17,17 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from ai4ai.core.layout import METER_DIR
-from ai4ai.repo.preparing import shrink_env
 from ai4ai.core.provenance import python_executable
+from ai4ai.core.task import Task
+from ai4ai.repo.preparing import shrink_env
 from ai4ai.sandbox import meter_wire
 from ai4ai.sandbox.box import Mount
-from ai4ai.core.task import Task
 
 WIRE = Path(meter_wire.__file__)     # run as the server; copied into the sandbox as ai4ai_meter
 SOCKET = "meter.sock"

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple
+from typing import NamedTuple
 
 MISSING = "patch modifies a file the repo does not have"
 

@@ -35,9 +35,9 @@ from ai4ai.core.console import TrainingBar, say
 from ai4ai.core.hidden import SHRINK_ENV, load_grader
 from ai4ai.core.layout import DATA, file_lock
 from ai4ai.core.provenance import UNVERSIONED, cpu_capability, python_executable, tree_sha256
-from ai4ai.sandbox.box import Mount
 from ai4ai.core.task import Task
 from ai4ai.repo.workspace import copy_repo, make_writable
+from ai4ai.sandbox.box import Mount
 
 CACHE_ROOT = PROJECT_ROOT / "outputs" / ".cache"     # the harness's data cache (never mounted whole)
 

@@ -15,10 +15,10 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ai4ai.core.task import Task
 from ai4ai.repo.leaks import check_information, check_literals
 from ai4ai.repo.patches import apply_patch, unified_diff
 from ai4ai.repo.workspace import SKIP_DIRS
-from ai4ai.core.task import Task
 
 MAX_PATCH_BYTES = 100_000
 MAX_LISTED = 100

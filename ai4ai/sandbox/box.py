@@ -19,18 +19,25 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
 from ai4ai import PROJECT_ROOT
-
-from ai4ai.sandbox import package_data
-from ai4ai.sandbox.tree import (MAX_LOG_BYTES, TreeCpu, end_all, host_cpu_times, idle_cores_since, pump,
-                                 set_subreaper, signal_tree)
 from ai4ai.core.layout import AGENT_HOME, HARNESS_BIN, KERNELS, KERNELS_PARENT, SOCKET_DIR, WORKSPACE
+from ai4ai.sandbox import package_data
+from ai4ai.sandbox.tree import (
+    MAX_LOG_BYTES,
+    TreeCpu,
+    end_all,
+    host_cpu_times,
+    idle_cores_since,
+    pump,
+    set_subreaper,
+    signal_tree,
+)
 
 KERNELS_DIR = PROJECT_ROOT / "ai4ai_kernels"
 GRACE_S = 10.0

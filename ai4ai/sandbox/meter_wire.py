@@ -196,7 +196,7 @@ class _Codec:
 class _Connection:
     """One socket per process (a forked child opens its own)."""
     _lock = threading.Lock()
-    _conn: "_Connection | None" = None
+    _conn: _Connection | None = None
 
     def __init__(self, path: str):
         self.pid = os.getpid()
@@ -212,7 +212,7 @@ class _Connection:
         self.codec = _Codec(_value_classes(self.spec.get("values", [])))
 
     @classmethod
-    def get(cls) -> "_Connection":
+    def get(cls) -> _Connection:
         with cls._lock:
             if cls._conn is None or cls._conn.pid != os.getpid():
                 path = os.environ.get(ENV)
@@ -267,7 +267,7 @@ class Remote:
     __slots__ = ("_conn", "_ref", "_cls")
 
     @staticmethod
-    def _wrap(conn: _Connection, ref: int, cls: str | None) -> "Remote":
+    def _wrap(conn: _Connection, ref: int, cls: str | None) -> Remote:
         spec = conn.spec["classes"].get(cls or "")
         if spec is None:
             raise MeterError(f"the meter returned an object of an unknown class {cls!r}")
@@ -491,7 +491,7 @@ def serve(argv: list[str]) -> None:
             break
         try:
             conn, _ = listener.accept()
-        except socket.timeout:
+        except TimeoutError:
             continue
         except OSError:
             break

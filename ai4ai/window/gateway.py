@@ -30,10 +30,10 @@ import socketserver
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlsplit
 
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -58,7 +58,7 @@ class Upstream:
     path: str                    # the base URL's path; the CLI is given the same path on the gateway
 
     @classmethod
-    def parse(cls, url: str) -> "Upstream":
+    def parse(cls, url: str) -> Upstream:
         u = urlsplit(str(url))
         if u.scheme not in ("http", "https") or not u.hostname:
             raise GatewayError(f"agent.base_url={url!r}: use an http(s) URL such as https://api.anthropic.com")

@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ai4ai.core.console import say
+from ai4ai.core.layout import RunDir, write_json
+from ai4ai.core.scoring import Anchors, sigma
+from ai4ai.core.trajectory import PROXY, SUBMIT, Trajectory, rank
 from ai4ai.grading.context import RunContext
 from ai4ai.grading.evaluation import WorkerError, run_worker
 from ai4ai.grading.seeds import eval_spec
-from ai4ai.core.layout import RunDir, write_json
-from ai4ai.core.scoring import Anchors, sigma
-from ai4ai.sandbox import launcher, proxy_client
-from ai4ai.repo.submission import Submission, from_workspace
-from ai4ai.repo.preparing import data_mounts
 from ai4ai.grading.training import build_training_copy, device_lock, run_training, stage_dir, training_seed
-from ai4ai.core.trajectory import PROXY, SUBMIT, Trajectory, rank
+from ai4ai.repo.preparing import data_mounts
+from ai4ai.repo.submission import Submission, from_workspace
+from ai4ai.sandbox import launcher, proxy_client
 
 MAX_REQUEST = 4096
 MAX_CALLS = 1000                 # a flood of calls ends here; each call is still charged to the window
@@ -91,7 +91,7 @@ class ProxyServer:
         while not self._stop.is_set():
             try:
                 conn, _ = self._sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             with conn:   # one call at a time: the next connection waits in the backlog
                 try:

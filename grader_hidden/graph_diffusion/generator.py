@@ -43,7 +43,7 @@ class Source:
     type_p: np.ndarray
     bond_w: np.ndarray
 
-    def same(self, other: "Source") -> bool:
+    def same(self, other: Source) -> bool:
         return np.array_equal(self.type_p, other.type_p) and np.array_equal(self.bond_w, other.bond_w)
 
 

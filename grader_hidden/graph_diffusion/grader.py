@@ -48,7 +48,7 @@ def _process_module():
     return process
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _graded() -> generator.Source:
     return generator.drawn(int(_secrets()["instance"]))
 

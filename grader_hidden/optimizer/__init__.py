@@ -1,3 +1,11 @@
 """Hidden grader of the `optimizer` task (loaded by path as a package; never mounted in a sandbox)."""
-from .grader import (SPLITS, best_attainable, evaluate, evaluate_with_noise,  # noqa: F401
-                     grading_data, materialize, split, uninformative)
+from .grader import (  # noqa: F401
+                     SPLITS,
+                     best_attainable,
+                     evaluate,
+                     evaluate_with_noise,
+                     grading_data,
+                     materialize,
+                     split,
+                     uninformative,
+)

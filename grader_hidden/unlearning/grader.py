@@ -121,6 +121,7 @@ def _own_file(model: torch.nn.Module) -> str | None:
 def _own_reference(model: torch.nn.Module, path: str) -> torch.nn.Module:
     """Your own model's memorised weights (checked against the SHA256SUMS beside them) in a copy of `model`."""
     import copy
+
     from safetensors.torch import load
     path = Path(path)
     raw = path.read_bytes()

@@ -58,8 +58,9 @@ def test_without_triton_package_imports_and_falls_back():
 
 @pytest.mark.skipif(os.environ.get("AI4AI_KERNEL_TEST_DEVICE", "cpu") != "cpu", reason="on a GPU the kernels are compiled")
 def test_interpreter_flag_selects_triton():
-    from ai4ai_kernels import _dispatch
     import torch
+
+    from ai4ai_kernels import _dispatch
 
     assert _dispatch.interpreting() and _dispatch.use_triton(torch.zeros(1))
 
@@ -83,6 +84,7 @@ def test_a_kernel_asked_to_interpret_on_a_broken_pair_says_what_to_install(monke
     """Not a silent fallback: a kernel test would then compare the reference with itself."""
     import numpy
     import torch
+
     import ai4ai_kernels as K
     from ai4ai_kernels import _dispatch
     monkeypatch.setattr(_dispatch.triton, "__version__", "3.6.0")

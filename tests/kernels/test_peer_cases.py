@@ -94,7 +94,7 @@ def _ops(v):
 @pytest.mark.parametrize("bad", [1023, 5000, -1, -101])
 def test_out_of_range_target_raises_naming_it(path, bad):
     target = torch.tensor([3, -100, bad, 0, 1022, 7])
-    for name, call in _ops(1023):
+    for _name, call in _ops(1023):
         with pytest.raises(IndexError, match=rf"target {bad} is out of bounds"):
             call(target)
     if target.device.type == "cpu":  # torch agrees that this is an error (on CUDA: a device assert, fatal)

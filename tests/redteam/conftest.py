@@ -16,8 +16,8 @@ import pytest
 
 from ai4ai import PROJECT_ROOT
 from ai4ai.core.provenance import UNVERSIONED, tree_sha256
-from ai4ai.sandbox.box import Sandbox, bwrap_available
 from ai4ai.repo.submission import unified_diff
+from ai4ai.sandbox.box import Sandbox, bwrap_available
 
 FROZEN = ("repos_frozen", "grader_hidden", "ai4ai_kernels")
 CI = ["task=optimizer", "scale=ci"]
@@ -70,7 +70,8 @@ def grade_setup(tmp_path: Path, task, cap_s: float = 120.0):
 
 def training_sandbox(tmp_path: Path, task, sub=None):
     """The grader's training sandbox for a (possibly empty) submission: repo copy, /out, private home."""
-    from ai4ai.grading.training import build_training_copy, training_sandbox as make
+    from ai4ai.grading.training import build_training_copy
+    from ai4ai.grading.training import training_sandbox as make
     from ai4ai.repo.submission import Submission
     sub = sub or Submission(files={}, rejected={}, patch="", lines_added=0, lines_removed=0)
     repo = build_training_copy(task, sub, tmp_path / "train_repo")

@@ -116,6 +116,7 @@ def test_read_metadata_whitelist(tmp_path):
     Gains nothing: only whitelisted keys are read; a whitelisted key with a nested value, a non-object
     or a huge file is malformed metadata (the candidate is invalid), never a crash."""
     import pytest
+
     from ai4ai.grading.evaluation import InvalidCheckpoint, read_metadata
     c = tmp_path / "ckpt_00000001.safetensors"
     meta = c.with_suffix(".json")

@@ -5,8 +5,8 @@ import time
 import psutil
 
 from ai4ai.grading.training import build_training_copy, run_training
-from ai4ai.sandbox.box import default_memory_limit
 from ai4ai.repo.submission import from_patch
+from ai4ai.sandbox.box import default_memory_limit
 
 from .conftest import grade_setup, needs_bwrap, run_py, train_py_patch, training_sandbox
 
@@ -120,8 +120,9 @@ def test_thread_count_change_buys_no_data(tmp_path, task, pristine):
     assert reason is None, reason
     log = (seed_dir / "train.log").read_text()
     assert "THREADS 64" in log
-    from ai4ai.grading.evaluation import read_metadata
     import importlib.util
+
+    from ai4ai.grading.evaluation import read_metadata
     spec = importlib.util.spec_from_file_location("probe_cfg", task.repo / "config.py")
     cfg = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cfg)

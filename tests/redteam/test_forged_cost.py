@@ -22,8 +22,8 @@ def test_forged_stdout_usage_line_changes_nothing(tmp_path, fake_api, monkeypatc
     """Issue 14, class 5: the cost record is the gateway's; a usage line on the agent's stdout is ignored."""
     from ai4ai.agents.base import AgentContext
     from ai4ai.agents.cli import DUMMY_KEY, Wiring, run_cli
-    from ai4ai.window.proxy import client_bin
     from ai4ai.sandbox.box import agent_sandbox, resolve_backend
+    from ai4ai.window.proxy import client_bin
     api = fake_api("edit", KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     ws, run = tmp_path / "ws", tmp_path / "run"

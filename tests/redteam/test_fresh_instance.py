@@ -15,8 +15,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from ai4ai.repo.preparing import data_mounts, grading_mounts
 from ai4ai.core.provenance import python_executable
+from ai4ai.repo.preparing import data_mounts, grading_mounts
 
 from .conftest import grade_train_py, grader_modules, needs_bwrap
 

@@ -18,8 +18,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from ai4ai.repo.preparing import data_mounts, grading_mounts
 from ai4ai.core.provenance import python_executable
+from ai4ai.repo.preparing import data_mounts, grading_mounts
 
 from .conftest import assert_gains_nothing, grade_train_py, grader_modules, information_rejections, needs_bwrap
 

@@ -13,9 +13,9 @@ import pytest
 from safetensors.torch import save_file
 
 from ai4ai import pipeline
+from ai4ai.core.record import connect
 from ai4ai.grading.evaluation import InvalidCheckpoint, read_metadata, run_worker
 from ai4ai.grading.seeds import eval_spec, grade_seeds
-from ai4ai.core.record import connect
 from ai4ai.repo.submission import from_patch
 
 from .conftest import CI, grade_setup, needs_bwrap, train_py_patch, write_patch

@@ -16,10 +16,10 @@ import tokenize
 import pytest
 
 from ai4ai import PROJECT_ROOT, pipeline
+from ai4ai.analysis.tuning import point_patch
+from ai4ai.core.task import list_tasks, load_task
 from ai4ai.repo.leaks import HELD_COVER_MAX
 from ai4ai.repo.submission import from_patch, unified_diff
-from ai4ai.core.task import list_tasks, load_task
-from ai4ai.analysis.tuning import point_patch
 
 from .conftest import baseline_score, needs_bwrap, write_patch
 

@@ -13,11 +13,11 @@ import json
 import pytest
 
 from ai4ai import pipeline
-from ai4ai.repo.meter import held_files, read_report, serving
-from ai4ai.repo.submission import unified_diff
 from ai4ai.core.task import load_task
-from ai4ai.grading.training import build_training_copy, training_sandbox as make_sandbox
-from ai4ai.repo.submission import Submission
+from ai4ai.grading.training import build_training_copy
+from ai4ai.grading.training import training_sandbox as make_sandbox
+from ai4ai.repo.meter import held_files, read_report, serving
+from ai4ai.repo.submission import Submission, unified_diff
 
 from .conftest import CI, grade_setup, needs_bwrap, run_py, write_patch
 

@@ -5,9 +5,8 @@ installed package bundles. Looked for from inside the real training sandbox."""
 import json
 from pathlib import Path
 
-
-from ai4ai.sandbox.package_data import DATASETS, RUNTIME, bwrap_args, hidden_paths, python_dirs
 from ai4ai.sandbox.box import Mount
+from ai4ai.sandbox.package_data import DATASETS, RUNTIME, bwrap_args, hidden_paths, python_dirs
 
 from .conftest import agent_sandbox, needs_bwrap, run_py, training_sandbox
 

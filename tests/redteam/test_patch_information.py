@@ -19,8 +19,8 @@ import textwrap
 
 import pytest
 
-from ai4ai.repo.patches import apply_hunks, parse_patch
 from ai4ai.repo.leaks import INFO_FLOOR_BYTES, MAX_STRING_LITERAL
+from ai4ai.repo.patches import apply_hunks, parse_patch
 from ai4ai.repo.submission import MAX_PATCH_BYTES, from_patch, unified_diff
 
 from .conftest import copy_tree, train_py_patch
@@ -205,8 +205,9 @@ def test_code_copied_from_the_repo_costs_little(task, pristine):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """The shipped algorithm trained at ci (seed 0), from a copy of the repo: its last checkpoint."""
-    from ai4ai.core.task import load_task
     from safetensors.torch import load_file
+
+    from ai4ai.core.task import load_task
     task = load_task("optimizer")
     tmp = tmp_path_factory.mktemp("trained")
     repo = copy_tree(task.repo, tmp / "repo")

@@ -6,8 +6,8 @@ detail and the tail of the submission's own training log; the full detail of a f
 """
 import json
 
-from ai4ai.window.proxy import REASONS
 from ai4ai.repo.submission import from_patch
+from ai4ai.window.proxy import REASONS
 
 from .conftest import ask_socket, needs_bwrap, proxy_server, train_py_patch
 from .test_grader_faults import OVERFLOW, WRITE_AND_EXIT

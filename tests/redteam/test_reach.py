@@ -123,8 +123,9 @@ for m in {remounts!r}:
 
 
 def _site_dir():
-    import torch
     from pathlib import Path
+
+    import torch
     return str(Path(torch.__file__).parent.parent)
 
 
@@ -186,7 +187,8 @@ def test_gpu_training_sees_only_gpu_nodes_and_private_caches(tmp_path, task):
     the CUDA/Triton/inductor caches are private to the phase. Gains nothing: no host cache is shared, so no
     compiled kernel planted there reaches another phase."""
     from ai4ai.grading.context import RunContext
-    from ai4ai.grading.training import build_training_copy, training_sandbox as make
+    from ai4ai.grading.training import build_training_copy
+    from ai4ai.grading.training import training_sandbox as make
     from ai4ai.repo.submission import Submission
     setup = RunContext(task=task, scale="ci", device="cuda", threads=2, backend="bwrap", cap_s=60, run_dir=tmp_path)
     repo = build_training_copy(task, Submission({}, {}, "", 0, 0), tmp_path / "train_repo")

@@ -456,7 +456,9 @@ def hybrid_on_the_example(example_train_py: str) -> str:
 
 def _example_train_py(tmp_path, task, name: str) -> str:
     import subprocess
+
     from ai4ai import PROJECT_ROOT
+
     from .conftest import copy_tree
     repo = copy_tree(task.repo, tmp_path / f"example_{name}")
     subprocess.run(["patch", "-s", "-p1", "-i", str(PROJECT_ROOT / "examples" / task.name / f"{name}.patch")],

@@ -8,12 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from ai4ai import pipeline
-from ai4ai.grading.seeds import SeedResult
-from ai4ai.core.scoring import score_seeds
 from ai4ai.core.record import connect
 from ai4ai.core.result import validate
-
-from ai4ai.core.scoring import Anchors
+from ai4ai.core.scoring import Anchors, score_seeds
+from ai4ai.grading.seeds import SeedResult
 from ai4ai.repo.submission import unified_diff
 
 from .conftest import CI, needs_bwrap, write_patch
@@ -62,8 +60,10 @@ def test_weights_digest_is_of_the_tensors_not_the_file(tmp_path, task, pristine)
     flag can neither be dodged by rewriting the file nor fire on replicates that truly differ."""
     import torch
     from safetensors.torch import save_file
+
     from ai4ai.grading.evaluation import run_worker
     from ai4ai.grading.seeds import eval_spec
+
     from .conftest import grade_setup
     from .test_checkpoints import _params
     a = _params(task)

@@ -8,10 +8,10 @@ as a comparison bar on another machine or torch.
 """
 from __future__ import annotations
 
-from ai4ai.grading import anchors as anchor_store
-from ai4ai.grading.context import anchor_key
 from ai4ai.core.provenance import task_version
 from ai4ai.core.task import load_task
+from ai4ai.grading import anchors as anchor_store
+from ai4ai.grading.context import anchor_key
 
 
 def records(task_name: str, scale: str = "smoke") -> list[dict]:

@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from ai4ai.core.task import load_task
 from ai4ai.repo import preparing
 from ai4ai.repo.preparing import sha256_file
-from ai4ai.core.task import load_task
 
 # (task, scale, the file, the repo's builder of the model it holds)
 COMMITTED = [(task, scale, f"artifacts/{stem}_{scale}.safetensors", builder)

@@ -97,7 +97,7 @@ def test_committed_data_and_base_model_regenerate(metric, tmp_path):
     assert layout(tmp_path / "base_0.safetensors") == layout(committed)
     if digests[0] != hashlib.sha256(committed.read_bytes()).hexdigest():
         import warnings
-        warnings.warn("base_ci regenerates deterministically but not byte-identically on this CPU kind")
+        warnings.warn("base_ci regenerates deterministically but not byte-identically on this CPU kind", stacklevel=1)
 
 
 @pytest.mark.parametrize("name", ["validation", "selection", "test"])

@@ -10,8 +10,8 @@ import torch
 from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.analysis.task_checks import EVAL_NOISE_MAX, Report, contract_checks
 from ai4ai.core.hidden import load_grader
-from ai4ai.repo.models import cache_kwarg
 from ai4ai.core.task import load_task
+from ai4ai.repo.models import cache_kwarg
 
 from . import calibrated
 

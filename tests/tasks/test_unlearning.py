@@ -209,8 +209,9 @@ def test_degenerate_models_do_not_beat_the_shipped_baseline(grader, val, S):
     m = _prepared()                                      # repeated: echoes its input symbol
     with torch.no_grad():
         for blk in m.transformer.h:
-            blk.attn.c_proj.weight.zero_(); blk.attn.c_proj.bias.zero_()
-            blk.mlp.c_proj.weight.zero_(); blk.mlp.c_proj.bias.zero_()
+            for proj in (blk.attn.c_proj, blk.mlp.c_proj):
+                proj.weight.zero_()
+                proj.bias.zero_()
     cases["repeated"] = m
     m = _prepared()                                      # non-finite weights
     with torch.no_grad():

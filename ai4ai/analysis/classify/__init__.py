@@ -76,8 +76,15 @@ The package, bottom-up (each module imports only those above it):
 from ai4ai.analysis.classify.kernels import shadows
 from ai4ai.analysis.classify.reach import Reach, entry_script, python_sources
 from ai4ai.analysis.classify.statements import LEARNING_TERMS, learning_terms, module_constants, statements
-from ai4ai.analysis.classify.verdict import (LABELS, Classification, classify_files, classify_patch,
-                                             classify_python, patch_files, reachability)
+from ai4ai.analysis.classify.verdict import (
+                                             LABELS,
+                                             Classification,
+                                             classify_files,
+                                             classify_patch,
+                                             classify_python,
+                                             patch_files,
+                                             reachability,
+)
 
 __all__ = ["LABELS", "LEARNING_TERMS", "Classification", "Reach", "classify_files", "classify_patch",
            "classify_python", "entry_script", "learning_terms", "module_constants", "patch_files",

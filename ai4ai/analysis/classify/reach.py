@@ -264,7 +264,7 @@ class Reach:
             self.name(rel, parts[0])
             return
         mod = b[1]
-        for i, attr in enumerate(parts[1:], 1):
+        for attr in parts[1:]:
             self.module(self.rel_of.get(mod))
             if f"{mod}.{attr}" in self.rel_of:
                 mod = f"{mod}.{attr}"

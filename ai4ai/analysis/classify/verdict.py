@@ -129,8 +129,8 @@ def classify_files(files: dict, reach: tuple | None = None) -> Classification:
             if rel in (r_old.unparsed if old is not None else set()) | (r_new.unparsed if new is not None else set()):
                 verdicts.append(_FileVerdict("algorithm", [f"{rel}: does not parse; counted as algorithm"]))
                 continue
-            verdicts.append(classify_python(rel, old, new, lambda o, rel=rel: r_old.keeps(rel, o),
-                                            lambda o, rel=rel: r_new.keeps(rel, o), kernels))
+            verdicts.append(classify_python(rel, old, new, lambda o, rel=rel, r_old=r_old: r_old.keeps(rel, o),
+                                            lambda o, rel=rel, r_new=r_new: r_new.keeps(rel, o), kernels))
         elif rel.endswith(CONFIG_SUFFIXES):
             verdicts.append(_FileVerdict("hyperparameters", [f"{rel}: config file changed"]))
         elif rel.endswith(DOC_SUFFIXES):
