@@ -7,6 +7,7 @@ is the library, with the rules of agreement and drift).
 A run on your own model (task.model_path) is re-graded on that model, from the folder it recorded
 or model_path=FOLDER (an identical copy; checked by content hash).
 """
+
 import sys
 from pathlib import Path
 
@@ -25,18 +26,27 @@ def main(cfg: DictConfig) -> None:
     if bool(cfg.run) == bool(cfg.results):
         raise UsageError("give exactly one of run=RUN_DIR or results=DB")
     seeds = [int(s) for s in cfg.seeds] if cfg.seeds else None
-    kw = dict(seeds=seeds, regrade=bool(cfg.regrade), anchors=str(cfg.anchors), device=str(cfg.device),
-              sandbox=str(cfg.sandbox.backend), progress=bool(cfg.progress))
+    kw = dict(
+        seeds=seeds,
+        regrade=bool(cfg.regrade),
+        anchors=str(cfg.anchors),
+        device=str(cfg.device),
+        sandbox=str(cfg.sandbox.backend),
+        progress=bool(cfg.progress),
+    )
     if cfg.run:
-        rep = audit_run(Path(cfg.run), out=Path(cfg.out) if cfg.out else None,
-                        model_path=cfg.get("model_path") or None, **kw)
+        rep = audit_run(
+            Path(cfg.run), out=Path(cfg.out) if cfg.out else None, model_path=cfg.get("model_path") or None, **kw
+        )
         print(summary(rep))
         sys.exit(0 if rep["agrees"] is not False and "submission" not in changed_names(rep) else 1)
     if cfg.get("model_path"):
         raise UsageError("model_path= goes with run=RUN_DIR (one run's model moved), not results=DB")
     if not Path(cfg.results).is_file():
-        raise UsageError(f"results={cfg.results}: no results database there (give the results.sqlite a run wrote, "
-                         "or run=RUN_DIR for one run)")
+        raise UsageError(
+            f"results={cfg.results}: no results database there (give the results.sqlite a run wrote, "
+            "or run=RUN_DIR for one run)"
+        )
     rows = audit_db(Path(cfg.results), int(cfg.sample) if cfg.sample is not None else None, int(cfg.sample_seed), **kw)
     text = table(rows)
     print(text)

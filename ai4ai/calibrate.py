@@ -16,6 +16,7 @@ verify=true retrains the record's calibration seeds here (all of them, or `seeds
 seed's metric with the stored one, storing nothing: anyone can check that a published record still
 describes the code. It exits 1 when a seed differs by more than half the record's seed std.
 """
+
 import hydra
 from omegaconf import DictConfig
 
@@ -29,8 +30,10 @@ def _stored(ctx, purpose: str, instead: str):
     """The stored record of ctx's key, or a usage error saying what to run instead."""
     rec = find(ctx.task.grader, ctx.key)
     if rec is None:
-        raise SystemExit(f"ai4ai: no anchors of {ctx.task.name} at {ctx.scale} for task version "
-                         f"{ctx.key.task_version} {purpose}; {instead}")
+        raise SystemExit(
+            f"ai4ai: no anchors of {ctx.task.name} at {ctx.scale} for task version "
+            f"{ctx.key.task_version} {purpose}; {instead}"
+        )
     return rec
 
 
@@ -46,8 +49,10 @@ def main(cfg: DictConfig) -> None:
         rows = verify(ctx, rec, ctx.run_dir, [int(s) for s in cfg.seeds] if cfg.seeds else None)
         bad = [r["seed"] for r in rows if not r["agrees"]]
         if bad:
-            raise SystemExit(f"ai4ai: the {ctx.task.name}/{ctx.scale} record does not reproduce on seeds {bad}: "
-                             f"recalibrate (python -m ai4ai.calibrate task={ctx.task.name} scale={ctx.scale})")
+            raise SystemExit(
+                f"ai4ai: the {ctx.task.name}/{ctx.scale} record does not reproduce on seeds {bad}: "
+                f"recalibrate (python -m ai4ai.calibrate task={ctx.task.name} scale={ctx.scale})"
+            )
         print(f"ai4ai: the {ctx.task.name}/{ctx.scale} record reproduces on seeds {[r['seed'] for r in rows]}")
         return
     if cfg.cpu_only:

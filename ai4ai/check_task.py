@@ -5,6 +5,7 @@
 Prints one line per check (PASS / FAIL / WARN with what to fix) and exits 1 on any FAIL
 (task_checks.py is the library).
 """
+
 import sys
 
 import hydra

@@ -1,7 +1,8 @@
 """Grade a patch, or the shipped algorithm, with no agent (see pipeline.grade; grading.py is the library).
 
-    python -m ai4ai.grade task=optimizer patch=examples/optimizer/warmup_cosine.patch [scale=smoke]
+python -m ai4ai.grade task=optimizer patch=examples/optimizer/warmup_cosine.patch [scale=smoke]
 """
+
 import hydra
 from omegaconf import DictConfig
 

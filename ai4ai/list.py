@@ -1,4 +1,5 @@
 """python -m ai4ai.list: the tasks, agent configs and scales this checkout has."""
+
 from __future__ import annotations
 
 import yaml
@@ -24,10 +25,13 @@ def own_model_lines(task, recs: list) -> list[str]:
         return []
     out = []
     for version, e in own_models.registered(task).items():
-        cal = sorted({f"{r['key']['scale']}@{r['key']['device_class']}" for r in recs
-                      if r["key"].get("task_version") == version})
-        out.append(f"  {'':16s} own model {e['architecture']} ({e['n_params']:,} params, vocab {e['vocab_size']:,}, "
-                   f"sha256 {str(e['model_sha256'])[:12]}) {e['path']}  anchors: {', '.join(cal) or 'none yet'}")
+        cal = sorted(
+            {f"{r['key']['scale']}@{r['key']['device_class']}" for r in recs if r["key"].get("task_version") == version}
+        )
+        out.append(
+            f"  {'':16s} own model {e['architecture']} ({e['n_params']:,} params, vocab {e['vocab_size']:,}, "
+            f"sha256 {str(e['model_sha256'])[:12]}) {e['path']}  anchors: {', '.join(cal) or 'none yet'}"
+        )
     if not out:
         out.append(f"  {'':16s} own model: task.model_path=/path/to/hf-model (none brought yet)")
     return out
@@ -42,12 +46,22 @@ def main() -> None:
         except TaskError as e:
             print(f"  {name:16s} BROKEN: {e}")
             continue
-        recs = (yaml.safe_load(anchor_store.anchors_path(t.grader).read_text()) or {}).get("records", []) \
-            if anchor_store.anchors_path(t.grader).exists() else []
-        cal = sorted({f"{r['key']['scale']}@{r['key']['device_class']}" for r in recs
-                      if r["key"].get("task_version") == task_version(t, r["key"]["scale"])})
-        print(f"  {name:16s} {t.family:16s} metric {t.metric.name} ({t.metric.direction})  "
-              f"scales {', '.join(t.scales)}  anchors: {', '.join(cal) or 'none for this task version'}")
+        recs = (
+            (yaml.safe_load(anchor_store.anchors_path(t.grader).read_text()) or {}).get("records", [])
+            if anchor_store.anchors_path(t.grader).exists()
+            else []
+        )
+        cal = sorted(
+            {
+                f"{r['key']['scale']}@{r['key']['device_class']}"
+                for r in recs
+                if r["key"].get("task_version") == task_version(t, r["key"]["scale"])
+            }
+        )
+        print(
+            f"  {name:16s} {t.family:16s} metric {t.metric.name} ({t.metric.direction})  "
+            f"scales {', '.join(t.scales)}  anchors: {', '.join(cal) or 'none for this task version'}"
+        )
         for line in own_model_lines(t, recs):
             print(line)
     print("\nAGENTS (agent=NAME; kinds: " + ", ".join(kinds()) + ")")

@@ -4,6 +4,7 @@
 finished, a grading that did not) reuse the last ones. Each step is a function below, in order.
 The commands (run.py, grade.py) only compose a config and call these.
 """
+
 from __future__ import annotations
 
 import time
@@ -43,39 +44,44 @@ SUBMISSION_POLICIES = ("final", "marked", "best_proxy")
 @dataclass(frozen=True)
 class Cell:
     """What a run is asked to do: the agent, and the results database row it fills."""
+
     agent_cfg: dict
     label: str
     seed: int
     db: Path
-    key: str | None            # the cell's key in the results database (None: not recorded as a cell)
+    key: str | None  # the cell's key in the results database (None: not recorded as a cell)
 
 
 def agent_label(agent_cfg: dict) -> str:
     kind = agent_cfg.get("kind")
     if kind == "patch":
         return f"patch:{Path(str(agent_cfg.get('patch'))).stem}"
-    return str(kind) + (f":{agent_cfg['model']}" if agent_cfg.get("model") else "") + \
-        (f":{agent_cfg['effort']}" if agent_cfg.get("effort") else "")
+    return (
+        str(kind)
+        + (f":{agent_cfg['model']}" if agent_cfg.get("model") else "")
+        + (f":{agent_cfg['effort']}" if agent_cfg.get("effort") else "")
+    )
 
 
 # --------------------------------------------------------------------------- run: the seven steps
 
+
 def run(cfg: DictConfig, run_dir: Path) -> dict | None:
-    ctx, cell, mod = plan(cfg, run_dir)                           # 1. the request, checked before any work
+    ctx, cell, mod = plan(cfg, run_dir)  # 1. the request, checked before any work
     if cfg.dry_run:
         describe_plan(ctx, cfg, ctx.task.scale(ctx.scale).window_s)
         print(f"agent       {cell.label}")
         return None
-    earlier = earlier_work(ctx, cfg, cell)                        # 2. a finished cell, or one to resume
+    earlier = earlier_work(ctx, cfg, cell)  # 2. a finished cell, or one to resume
     if earlier is not None:
         return None if earlier == "done" else resume(ctx, cell, earlier)
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     say(f"run {ctx.task.name} with agent {cell.label} at scale {ctx.scale} -> {ctx.run_dir}")
-    record_ = anchors.ensure(ctx)                                 # 3. anchors, before the window opens
-    pristine, ws = prepare_workspace(ctx)                         # 4. pristine copy and agent workspace
-    outcome, server = run_agent(ctx, cell, mod, record_, pristine, ws)   # 5. the agent's window
-    sub = take_submission(ctx, cfg, pristine, ws, server, outcome)       # 6. its submission
-    if outcome.error:      # the agent never worked (e.g. never reached its model API): error, not graded
+    record_ = anchors.ensure(ctx)  # 3. anchors, before the window opens
+    pristine, ws = prepare_workspace(ctx)  # 4. pristine copy and agent workspace
+    outcome, server = run_agent(ctx, cell, mod, record_, pristine, ws)  # 5. the agent's window
+    sub = take_submission(ctx, cfg, pristine, ws, server, outcome)  # 6. its submission
+    if outcome.error:  # the agent never worked (e.g. never reached its model API): error, not graded
         say(f"agent error: {outcome.error}")
         scored = Scored("error", outcome.error, [], [], None, None, None)
         return finish(ctx, cell, record_, Graded(sub, scored, [], agent_timing(outcome), agent_cost(outcome.usage)))
@@ -130,12 +136,16 @@ def earlier_work(ctx: RunContext, cfg: DictConfig, cell: Cell) -> str | Path | N
     if cfg.skip_done:
         done = record.find_done(cell.db, ctx.task.name, cell.agent_cfg, ctx.scale, cell.seed, ctx.version)
         if done and done["status"] == "error":
-            say(f"skipping: this cell errored the same way {record.ERROR_REPEATS} times ({done.get('reason')}) in "
-                f"{done['run_dir']}; skip_done=false reruns it")
+            say(
+                f"skipping: this cell errored the same way {record.ERROR_REPEATS} times ({done.get('reason')}) in "
+                f"{done['run_dir']}; skip_done=false reruns it"
+            )
             return "done"
         if done:
-            say(f"skipping: this cell is done ({done['status']}, score {done['score']}) in {done['run_dir']}; "
-                "skip_done=false reruns it")
+            say(
+                f"skipping: this cell is done ({done['status']}, score {done['score']}) in {done['run_dir']}; "
+                "skip_done=false reruns it"
+            )
             return "done"
     return record.pending_grading(cell.db, cell.key)
 
@@ -150,53 +160,100 @@ def prepare_workspace(ctx: RunContext) -> tuple[Path, Path]:
     return pristine, ws
 
 
-def run_agent(ctx: RunContext, cell: Cell, mod, record_: anchors.Record, pristine: Path,
-              ws: Path) -> tuple[AgentOutcome, ProxyServer]:
+def run_agent(
+    ctx: RunContext, cell: Cell, mod, record_: anchors.Record, pristine: Path, ws: Path
+) -> tuple[AgentOutcome, ProxyServer]:
     """Step 5: the agent's window, in its sandbox, with the proxy channel open."""
     rd = RunDir(ctx.run_dir)
     window_s = ctx.task.scale(ctx.scale).window_s
     started_at = record.now()
     proxy_ctx = anchors.with_budget(ctx, record_, progress=False, nonce=run_nonce(ctx.run_dir))
     t_start = time.time()
-    server = ProxyServer(ctx=proxy_ctx, pristine=pristine, workspace=ws, run_dir=ctx.run_dir,
-                         validation=record_.validation, deadline=t_start + window_s)
+    server = ProxyServer(
+        ctx=proxy_ctx,
+        pristine=pristine,
+        workspace=ws,
+        run_dir=ctx.run_dir,
+        validation=record_.validation,
+        deadline=t_start + window_s,
+    )
     sock_dir = server.start()
-    sb = agent_sandbox(ctx.backend, ws, rd.agent_home, client_bin(ctx.run_dir), sock_dir,
-                       network=cell.agent_cfg.get("network") == "open", threads=ctx.threads, scale=ctx.scale,
-                       window_s=window_s, deadline=t_start + window_s)
-    sb.extend_s = lambda: server.credit_s      # the proxy's waits for the device go back to the window
+    sb = agent_sandbox(
+        ctx.backend,
+        ws,
+        rd.agent_home,
+        client_bin(ctx.run_dir),
+        sock_dir,
+        network=cell.agent_cfg.get("network") == "open",
+        threads=ctx.threads,
+        scale=ctx.scale,
+        window_s=window_s,
+        deadline=t_start + window_s,
+    )
+    sb.extend_s = lambda: server.credit_s  # the proxy's waits for the device go back to the window
     instructions = render(ctx.task, ctx.scale, window_s, t_start)
     rd.instructions.write_text(instructions)
     say(f"agent phase: window {window_s:.0f} s, sandbox {ctx.backend}")
-    actx = AgentContext(workspace=ws, instructions=instructions, window_s=window_s, sandbox=sb,
-                        log_path=rd.agent_log, config=cell.agent_cfg, pristine=pristine)
+    actx = AgentContext(
+        workspace=ws,
+        instructions=instructions,
+        window_s=window_s,
+        sandbox=sb,
+        log_path=rd.agent_log,
+        config=cell.agent_cfg,
+        pristine=pristine,
+    )
     try:
         outcome = mod.run(actx)
     finally:
         server.stop()
-    say(f"agent finished: exit {outcome.exit_code}, {'timed out, ' if outcome.timed_out else ''}{outcome.wall_s:.1f} s, "
-        f"{server.calls} proxy call(s)")
-    write_json(rd.agent_outcome, {"exit_code": outcome.exit_code, "timed_out": outcome.timed_out,
-                                  "wall_s": outcome.wall_s, "usage": outcome.usage, "error": outcome.error,
-                                  "transcript": list(outcome.transcript), "started_at": started_at})
+    say(
+        f"agent finished: exit {outcome.exit_code}, {'timed out, ' if outcome.timed_out else ''}{outcome.wall_s:.1f} s, "
+        f"{server.calls} proxy call(s)"
+    )
+    write_json(
+        rd.agent_outcome,
+        {
+            "exit_code": outcome.exit_code,
+            "timed_out": outcome.timed_out,
+            "wall_s": outcome.wall_s,
+            "usage": outcome.usage,
+            "error": outcome.error,
+            "transcript": list(outcome.transcript),
+            "started_at": started_at,
+        },
+    )
     return outcome, server
 
 
-def take_submission(ctx: RunContext, cfg: DictConfig, pristine: Path, ws: Path, server: ProxyServer,
-                    outcome: AgentOutcome) -> Submission:
+def take_submission(
+    ctx: RunContext, cfg: DictConfig, pristine: Path, ws: Path, server: ProxyServer, outcome: AgentOutcome
+) -> Submission:
     """Step 6: the editable files as the window left them (or the marked or best proxied ones)."""
     final = from_workspace(ctx.task, pristine, ws, scale=ctx.scale)
     sub, source = choose_submission(str(cfg.submission), final, server)
     write_submission_record(ctx.run_dir, sub, source)
     if not outcome.error:
-        say(f"submission ({source}): {len(sub.files)} file(s), +{sub.lines_added}/-{sub.lines_removed} lines"
-            + (f", {len(sub.rejected)} rejected: " + "; ".join(f"{p} ({r})" for p, r in list(sub.rejected.items())[:5])
-               if sub.rejected else ""))
+        say(
+            f"submission ({source}): {len(sub.files)} file(s), +{sub.lines_added}/-{sub.lines_removed} lines"
+            + (
+                f", {len(sub.rejected)} rejected: " + "; ".join(f"{p} ({r})" for p, r in list(sub.rejected.items())[:5])
+                if sub.rejected
+                else ""
+            )
+        )
     return sub
 
 
-def grade_and_record(ctx: RunContext, cell: Cell, sub: Submission, record_: anchors.Record, timing: dict,
-                     cost: dict | None, seeds: list[int] | None = None) -> dict:
+def grade_and_record(
+    ctx: RunContext,
+    cell: Cell,
+    sub: Submission,
+    record_: anchors.Record,
+    timing: dict,
+    cost: dict | None,
+    seeds: list[int] | None = None,
+) -> dict:
     """Step 7: grade the submission on the grader seeds, score it, write result.json and the database."""
     started_at = record.now()
     seeds = seeds or list(ctx.task.scale(ctx.scale).grader_seeds)
@@ -205,15 +262,26 @@ def grade_and_record(ctx: RunContext, cell: Cell, sub: Submission, record_: anch
     t0 = time.monotonic()
     seed_results = grade_seeds(grading, sub, seeds, rd.grade, rd.pristine if rd.pristine.is_dir() else None)
     scored = score_seeds(ctx.task, seed_results, record_.anchors)
-    repeated = scored.status == "error" and cell.key is not None and \
-        record.note_error(cell.db, cell.key, scored.reason) >= record.ERROR_REPEATS
-    if repeated:        # the same fault again: report it as the cell's outcome instead of retrying forever
-        scored = replace(scored, reason=f"{scored.reason} [repeated: this cell errored the same way "
-                                        f"{record.ERROR_REPEATS} times; recorded as done, skip_done=false reruns it]")
-    timing = dict(timing, grade_s=round(time.monotonic() - t0, 2),
-                  train_s=round(sum(r.train_s for r in seed_results), 2), cap_s=round(grading.cap_s, 1),
-                  cpu_cap_s=grading.cpu_cap_s, train_cpu_s=round(sum(r.cpu_s or 0.0 for r in seed_results), 2),
-                  host_speed=grading.host_speed)
+    repeated = (
+        scored.status == "error"
+        and cell.key is not None
+        and record.note_error(cell.db, cell.key, scored.reason) >= record.ERROR_REPEATS
+    )
+    if repeated:  # the same fault again: report it as the cell's outcome instead of retrying forever
+        scored = replace(
+            scored,
+            reason=f"{scored.reason} [repeated: this cell errored the same way "
+            f"{record.ERROR_REPEATS} times; recorded as done, skip_done=false reruns it]",
+        )
+    timing = dict(
+        timing,
+        grade_s=round(time.monotonic() - t0, 2),
+        train_s=round(sum(r.train_s for r in seed_results), 2),
+        cap_s=round(grading.cap_s, 1),
+        cpu_cap_s=grading.cpu_cap_s,
+        train_cpu_s=round(sum(r.cpu_s or 0.0 for r in seed_results), 2),
+        host_speed=grading.host_speed,
+    )
     out = finish(ctx, cell, record_, Graded(sub, scored, seed_results, timing, cost, seeds, started_at))
     if cell.key is not None and (repeated or out["status"] != "error"):
         record.mark_cell(cell.db, cell.key, ctx.run_dir, record.ERROR_REPEATED if repeated else "graded")
@@ -223,13 +291,14 @@ def grade_and_record(ctx: RunContext, cell: Cell, sub: Submission, record_: anch
 @dataclass(frozen=True)
 class Graded:
     """What step 7 (or an agent that never worked) leaves to be recorded: built once, then `finish`."""
+
     sub: Submission
     scored: Scored
     seed_results: list
     timing: dict
     cost: dict | None
-    seeds: list | None = None        # the grader seeds; None: the scale's
-    started_at: str | None = None    # this grading's start, when no agent phase started the run
+    seeds: list | None = None  # the grader seeds; None: the scale's
+    started_at: str | None = None  # this grading's start, when no agent phase started the run
 
 
 def finish(ctx: RunContext, cell: Cell, record_: anchors.Record | None, g: Graded) -> dict:
@@ -238,17 +307,29 @@ def finish(ctx: RunContext, cell: Cell, record_: anchors.Record | None, g: Grade
     rd = RunDir(ctx.run_dir)
     outcome = read_json(rd.agent_outcome, {})
     measured = results.Measured(
-        agent=cell.label, agent_config=cell.agent_cfg, seed=cell.seed,
-        seeds=g.seeds or list(ctx.task.scale(ctx.scale).grader_seeds), scored=g.scored, seed_results=g.seed_results,
+        agent=cell.label,
+        agent_config=cell.agent_cfg,
+        seed=cell.seed,
+        seeds=g.seeds or list(ctx.task.scale(ctx.scale).grader_seeds),
+        scored=g.scored,
+        seed_results=g.seed_results,
         submission=g.sub.summary(),
-        trajectory=trajectory_summary(rd.trajectory, ctx.task.metric.direction) if rd.trajectory.exists() else dict(EMPTY_SUMMARY),
-        timing=g.timing, cost=g.cost,
-        provenance={**versions(), "repo_sha256": tree_sha256(ctx.task.repo),
-                    "grader_sha256": tree_sha256(ctx.task.grader, UNVERSIONED),
-                    "device_class": ctx.key.device_class, "threads": ctx.threads,
-                    "started_at": outcome.get("started_at") or g.started_at or record.now(),
-                    "task_overridden": ctx.task_overridden,
-                    "model": provenance_record(ctx.task)})      # task.model_path's model; None: the repo's own
+        trajectory=trajectory_summary(rd.trajectory, ctx.task.metric.direction)
+        if rd.trajectory.exists()
+        else dict(EMPTY_SUMMARY),
+        timing=g.timing,
+        cost=g.cost,
+        provenance={
+            **versions(),
+            "repo_sha256": tree_sha256(ctx.task.repo),
+            "grader_sha256": tree_sha256(ctx.task.grader, UNVERSIONED),
+            "device_class": ctx.key.device_class,
+            "threads": ctx.threads,
+            "started_at": outcome.get("started_at") or g.started_at or record.now(),
+            "task_overridden": ctx.task_overridden,
+            "model": provenance_record(ctx.task),
+        },
+    )  # task.model_path's model; None: the repo's own
     res = results.build(ctx, record_, measured).as_dict()
     results.validate(res)
     write_json(rd.result, res)
@@ -268,6 +349,7 @@ def agent_cost(usage: dict | None) -> dict | None:
 
 # --------------------------------------------------------------------------- resume and grade
 
+
 def resume(ctx: RunContext, cell: Cell, run_dir: Path) -> dict:
     """The agent phase of this cell finished in `run_dir` but its grading did not: steps 3 and 7 there."""
     say(f"resuming at grading: the agent phase of this cell finished in {run_dir}")
@@ -277,7 +359,9 @@ def resume(ctx: RunContext, cell: Cell, run_dir: Path) -> dict:
         pristine_copy(ctx.task, rd.pristine)
     sub = from_patch(ctx.task, rd.pristine, rd.submission_patch.read_text(), scale=ctx.scale)
     outcome = read_json(rd.agent_outcome, {})
-    return grade_and_record(ctx, cell, sub, anchors.ensure(ctx), agent_timing(outcome), agent_cost(outcome.get("usage")))
+    return grade_and_record(
+        ctx, cell, sub, anchors.ensure(ctx), agent_timing(outcome), agent_cost(outcome.get("usage"))
+    )
 
 
 def grade(cfg: DictConfig, run_dir: Path) -> dict | None:
@@ -304,36 +388,51 @@ def grade(cfg: DictConfig, run_dir: Path) -> dict | None:
 
 # --------------------------------------------------------------------------- dry run
 
+
 def describe_plan(ctx: RunContext, cfg: DictConfig, window_s: float | None) -> None:
     b = ctx.task.scale(ctx.scale)
     rec = anchors.find(ctx.task.grader, ctx.key)
-    print(f"task        {ctx.task.name} ({ctx.task.family}){'  [task config overridden]' if ctx.task_overridden else ''}")
+    print(
+        f"task        {ctx.task.name} ({ctx.task.family}){'  [task config overridden]' if ctx.task_overridden else ''}"
+    )
     print(f"scale       {ctx.scale}   device {ctx.key.device_class}   sandbox {ctx.backend}")
     print(f"version     benchmark {ctx.version}   task {ctx.key.task_version}   torch {ctx.key.torch}")
     if window_s is not None:
         print(f"window      {window_s:.0f} s (agent, wall clock)")
     print(f"seeds       grader {list(b.grader_seeds)}   calibration {list(b.calibration_seeds)}")
-    if ctx.scale == "full":       # sizes, expected GPU minutes, peak memory, what will be prepared
+    if ctx.scale == "full":  # sizes, expected GPU minutes, peak memory, what will be prepared
         for line in plan_lines(ctx.task, ctx.scale, device=ctx.device):
             print(line)
     if rec is None:
-        print(f"anchors     none recorded for this key: will calibrate first, {anchors.estimate_text(ctx)} "
-              f"({len(b.calibration_seeds)} seeds)")
+        print(
+            f"anchors     none recorded for this key: will calibrate first, {anchors.estimate_text(ctx)} "
+            f"({len(b.calibration_seeds)} seeds)"
+        )
         print(f"train cap   {b.default_cap_s:.0f} s per seed until calibrated")
     else:
         a = rec.anchors
-        print(f"anchors     no_info {a.no_info:.4g}   baseline {a.baseline:.4g}   best {a.best:.4g}   "
-              f"({rec.match} match, calibrated {rec.raw['provenance']['calibrated_at']})")
+        print(
+            f"anchors     no_info {a.no_info:.4g}   baseline {a.baseline:.4g}   best {a.best:.4g}   "
+            f"({rec.match} match, calibrated {rec.raw['provenance']['calibrated_at']})"
+        )
         bud = anchors.budget(ctx.task, ctx.scale, rec, ctx.threads)
-        if (why := anchors.needs_cpu_here(ctx, rec)):
+        if why := anchors.needs_cpu_here(ctx, rec):
             print(f"train cap   measured on this CPU first (one shipped seed), since {why}")
         elif bud.cpu_s is not None:
             probe = hostspeed.record_probe(rec.raw, ctx.threads) if ctx.device == "cpu" else None
-            print(f"train cap   {bud.cpu_s:.0f} CPU-s per seed ({bud.source})"
-                  + (f"; x this host's speed against the record's (probe {probe:.2f} CPU-s there), measured "
-                     "when grading starts" if probe else ""))
+            print(
+                f"train cap   {bud.cpu_s:.0f} CPU-s per seed ({bud.source})"
+                + (
+                    f"; x this host's speed against the record's (probe {probe:.2f} CPU-s there), measured "
+                    "when grading starts"
+                    if probe
+                    else ""
+                )
+            )
         else:
-            print(f"train cap   {bud.wall_s:.0f} s per seed "
-                  f"({b.cap_factor} x shipped {rec.train_wall_s:.0f} s, at least {b.cap_min_s:.0f} s)")
+            print(
+                f"train cap   {bud.wall_s:.0f} s per seed "
+                f"({b.cap_factor} x shipped {rec.train_wall_s:.0f} s, at least {b.cap_min_s:.0f} s)"
+            )
     if "agent" in cfg and cfg.agent.get("max_usd") is not None:
         print(f"cost cap    {cfg.agent.max_usd} USD")

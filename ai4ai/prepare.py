@@ -4,6 +4,7 @@ resumable and checksummed (preparing.py is the library).
 
     python -m ai4ai.prepare task=sft scale=full [device=cuda]
 """
+
 import hydra
 from omegaconf import DictConfig
 

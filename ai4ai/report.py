@@ -1,7 +1,8 @@
 """Tables, figures and an HTML page from a results database (reporting.py is the library).
 
-    python -m ai4ai.report results=outputs/results.sqlite out=outputs/report [scale=smoke] [mix=true]
+python -m ai4ai.report results=outputs/results.sqlite out=outputs/report [scale=smoke] [mix=true]
 """
+
 import sys
 from pathlib import Path
 
@@ -16,8 +17,14 @@ from ai4ai.analysis.reporting import report
 def main(cfg: DictConfig) -> None:
     scale = cfg.scale.name if cfg.get("scale") else None
     try:
-        res = report(Path(cfg.results), Path(cfg.out), scale, bool(cfg.mix), Path(cfg.labels) if cfg.labels else None,
-                     tuple(cfg.formats))
+        res = report(
+            Path(cfg.results),
+            Path(cfg.out),
+            scale,
+            bool(cfg.mix),
+            Path(cfg.labels) if cfg.labels else None,
+            tuple(cfg.formats),
+        )
     except FileNotFoundError as e:
         print(f"ai4ai: {e}")
         sys.exit(2)

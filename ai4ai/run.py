@@ -1,7 +1,8 @@
 """Run an agent on a task, grade its submission, record the result (see pipeline.run).
 
-    python -m ai4ai.run task=T agent=A [scale=S] [seed=N] [dry_run=true]
+python -m ai4ai.run task=T agent=A [scale=S] [seed=N] [dry_run=true]
 """
+
 import hydra
 from omegaconf import DictConfig
 

@@ -25,7 +25,9 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
 
     # Just enough of the triton namespace for the @triton.jit definitions to be evaluated;
     # the kernels are never launched without triton.
-    triton = types.SimpleNamespace(jit=_jit, next_power_of_2=lambda n: 1 << max(0, n - 1).bit_length(), cdiv=lambda a, b: -(-a // b))
+    triton = types.SimpleNamespace(
+        jit=_jit, next_power_of_2=lambda n: 1 << max(0, n - 1).bit_length(), cdiv=lambda a, b: -(-a // b)
+    )
     tl = types.SimpleNamespace(constexpr=int)
 
 logger = logging.getLogger(__name__)
@@ -55,11 +57,14 @@ def interpreter_problem(triton_version: str | None = None, numpy_version: str | 
     if not HAS_TRITON:
         return None
     import numpy
+
     tv, nv = triton_version or triton.__version__, numpy_version or numpy.__version__
     if _version(tv) < (3, 7) and _version(nv) >= (2, 4):
-        return (f"Triton {tv}'s CPU interpreter cannot run with NumPy {nv} (NumPy 2.4 refuses the int() of "
-                "1-element arrays that Triton up to 3.6 relies on): install triton>=3.7, or numpy<2.4 where "
-                "your torch pins this Triton; on a GPU, leave TRITON_INTERPRET unset")
+        return (
+            f"Triton {tv}'s CPU interpreter cannot run with NumPy {nv} (NumPy 2.4 refuses the int() of "
+            "1-element arrays that Triton up to 3.6 relies on): install triton>=3.7, or numpy<2.4 where "
+            "your torch pins this Triton; on a GPU, leave TRITON_INTERPRET unset"
+        )
     return None
 
 
@@ -74,7 +79,11 @@ def use_triton(*tensors: torch.Tensor) -> bool:
         return True
     if not _warned:
         _warned = True
-        why = "triton is not importable" if not HAS_TRITON else "inputs are not on CUDA and TRITON_INTERPRET was not 1 when ai4ai_kernels was imported"
+        why = (
+            "triton is not importable"
+            if not HAS_TRITON
+            else "inputs are not on CUDA and TRITON_INTERPRET was not 1 when ai4ai_kernels was imported"
+        )
         logger.warning("ai4ai_kernels: %s; using the plain torch reference implementations", why)
     return False
 

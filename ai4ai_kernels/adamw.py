@@ -18,7 +18,20 @@ from ._dispatch import flat_block, tl, triton, use_triton
 
 
 @torch.no_grad()
-def adamw_step_reference(params, grads, exp_avgs, exp_avg_sqs, *, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, master_params=None):
+def adamw_step_reference(
+    params,
+    grads,
+    exp_avgs,
+    exp_avg_sqs,
+    *,
+    step,
+    lr,
+    beta1=0.9,
+    beta2=0.999,
+    eps=1e-8,
+    weight_decay=0.0,
+    master_params=None,
+):
     """Plain-torch AdamW step over lists of tensors, in place; `step` counts from 1."""
     bc1 = 1.0 - beta1**step
     bc2 = 1.0 - beta2**step
@@ -41,9 +54,21 @@ def adamw_step_reference(params, grads, exp_avgs, exp_avg_sqs, *, step, lr, beta
 
 @triton.jit
 def _adamw_kernel(
-    param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, master_ptr, n,
-    lr, beta1, beta2, eps, weight_decay, step_size, inv_sqrt_bc2,
-    HAS_MASTER: tl.constexpr, BLOCK: tl.constexpr,
+    param_ptr,
+    grad_ptr,
+    exp_avg_ptr,
+    exp_avg_sq_ptr,
+    master_ptr,
+    n,
+    lr,
+    beta1,
+    beta2,
+    eps,
+    weight_decay,
+    step_size,
+    inv_sqrt_bc2,
+    HAS_MASTER: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -69,7 +94,20 @@ def _adamw_kernel(
 
 
 @torch.no_grad()
-def adamw_step(params, grads, exp_avgs, exp_avg_sqs, *, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, master_params=None):
+def adamw_step(
+    params,
+    grads,
+    exp_avgs,
+    exp_avg_sqs,
+    *,
+    step,
+    lr,
+    beta1=0.9,
+    beta2=0.999,
+    eps=1e-8,
+    weight_decay=0.0,
+    master_params=None,
+):
     """One AdamW step, in place, over lists of same-shaped tensors (a flat buffer is a list of one).
 
     params: weights (any float dtype); grads: their gradients; exp_avgs / exp_avg_sqs: the
@@ -81,7 +119,19 @@ def adamw_step(params, grads, exp_avgs, exp_avg_sqs, *, step, lr, beta1=0.9, bet
     if not tensors:
         return
     if not use_triton(*tensors):
-        return adamw_step_reference(params, grads, exp_avgs, exp_avg_sqs, step=step, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, master_params=master_params)
+        return adamw_step_reference(
+            params,
+            grads,
+            exp_avgs,
+            exp_avg_sqs,
+            step=step,
+            lr=lr,
+            beta1=beta1,
+            beta2=beta2,
+            eps=eps,
+            weight_decay=weight_decay,
+            master_params=master_params,
+        )
     step_size = lr / (1.0 - beta1**step)
     inv_sqrt_bc2 = 1.0 / math.sqrt(1.0 - beta2**step)
     block = flat_block()
@@ -94,9 +144,22 @@ def adamw_step(params, grads, exp_avgs, exp_avg_sqs, *, step, lr, beta1=0.9, bet
         if n == 0:
             continue
         _adamw_kernel[(triton.cdiv(n, block),)](
-            p, g, m, v, master if master is not None else p, n,
-            float(lr), float(beta1), float(beta2), float(eps), float(weight_decay), float(step_size), float(inv_sqrt_bc2),
-            HAS_MASTER=master is not None, BLOCK=block, num_warps=4,
+            p,
+            g,
+            m,
+            v,
+            master if master is not None else p,
+            n,
+            float(lr),
+            float(beta1),
+            float(beta2),
+            float(eps),
+            float(weight_decay),
+            float(step_size),
+            float(inv_sqrt_bc2),
+            HAS_MASTER=master is not None,
+            BLOCK=block,
+            num_warps=4,
         )
 
 
@@ -109,8 +172,12 @@ class FusedAdamW(torch.optim.Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, master_weights=False):
         if lr < 0 or eps < 0 or weight_decay < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
-            raise ValueError(f"invalid AdamW hyperparameters lr={lr} betas={betas} eps={eps} weight_decay={weight_decay}")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, master_weights=master_weights))
+            raise ValueError(
+                f"invalid AdamW hyperparameters lr={lr} betas={betas} eps={eps} weight_decay={weight_decay}"
+            )
+        super().__init__(
+            params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, master_weights=master_weights)
+        )
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -129,7 +196,9 @@ class FusedAdamW(torch.optim.Optimizer):
                 if not state:
                     state["step"] = 0
                     state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+                    state["exp_avg_sq"] = torch.zeros_like(
+                        p, dtype=torch.float32, memory_format=torch.contiguous_format
+                    )
                     if group["master_weights"] and p.dtype != torch.float32:
                         state["master"] = p.detach().float().contiguous()
                 state["step"] += 1
@@ -137,8 +206,16 @@ class FusedAdamW(torch.optim.Optimizer):
                 # one launch per tensor: the step's hyper-parameters are per group, its bias
                 # correction per tensor (a param added later has its own step count)
                 adamw_step(
-                    [p], [p.grad.contiguous()], [state["exp_avg"]], [state["exp_avg_sq"]],
-                    step=state["step"], lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                    weight_decay=group["weight_decay"], master_params=None if master is None else [master],
+                    [p],
+                    [p.grad.contiguous()],
+                    [state["exp_avg"]],
+                    [state["exp_avg_sq"]],
+                    step=state["step"],
+                    lr=group["lr"],
+                    beta1=beta1,
+                    beta2=beta2,
+                    eps=group["eps"],
+                    weight_decay=group["weight_decay"],
+                    master_params=None if master is None else [master],
                 )
         return loss

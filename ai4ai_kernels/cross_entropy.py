@@ -16,7 +16,9 @@ from ._dispatch import row_block, row_warps, tl, triton, use_triton
 # ---------------------------------------------------------------------------------------------
 
 
-def cross_entropy_reference(logits, target, ignore_index=-100, label_smoothing=0.0, reduction="mean", z_loss_weight=0.0):
+def cross_entropy_reference(
+    logits, target, ignore_index=-100, label_smoothing=0.0, reduction="mean", z_loss_weight=0.0
+):
     """Plain-torch cross-entropy with the same contract as `cross_entropy` (loss in fp32)."""
     z = logits.float().reshape(-1, logits.shape[-1])
     y = target.reshape(-1).long()  # F.cross_entropy takes int64 (or uint8) only; the kernel takes any int
@@ -41,7 +43,9 @@ def check_targets(target, n_classes, ignore_index):
     bad = (target != ignore_index) & ((target < 0) | (target >= n_classes))
     if bad.any():  # one host sync per call: the price of an error instead of a silent wrong loss
         value = target[bad].reshape(-1)[0].item()
-        raise IndexError(f"target {value} is out of bounds: classes are [0, {n_classes}) and ignore_index is {ignore_index}")
+        raise IndexError(
+            f"target {value} is out of bounds: classes are [0, {n_classes}) and ignore_index is {ignore_index}"
+        )
     return target if target.dtype in (torch.int32, torch.int64) else target.long()
 
 

@@ -18,7 +18,9 @@ from .cross_entropy import check_targets, cross_entropy_reference, cross_entropy
 # ---------------------------------------------------------------------------------------------
 
 
-def fused_linear_cross_entropy_reference(x, weight, target, bias=None, ignore_index=-100, label_smoothing=0.0, reduction="mean", z_loss_weight=0.0):
+def fused_linear_cross_entropy_reference(
+    x, weight, target, bias=None, ignore_index=-100, label_smoothing=0.0, reduction="mean", z_loss_weight=0.0
+):
     """Plain torch: materialise the logits, then `cross_entropy_reference` (loss in fp32)."""
     logits = F.linear(x, weight, bias)
     return cross_entropy_reference(logits, target, ignore_index, label_smoothing, reduction, z_loss_weight)
@@ -36,7 +38,9 @@ def default_chunk_rows(n_rows, hidden, vocab):
 
 class FusedLinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, target, ignore_index, label_smoothing, reduction, z_loss_weight, chunk_rows, compute_dtype):
+    def forward(
+        ctx, x, weight, bias, target, ignore_index, label_smoothing, reduction, z_loss_weight, chunk_rows, compute_dtype
+    ):
         # compute_dtype is the autocast dtype when called under torch.autocast, else None. The
         # matmuls then run in it, as autocast would run F.linear, with autocast off in here so
         # that every buffer has the dtype written below; gradients return in the inputs' dtypes.
@@ -63,7 +67,16 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
                 x_c = x2[start:end] if compute_dtype is None else x2[start:end].to(compute_dtype)
                 logits = x_c @ w_c.t() if b_c is None else torch.addmm(b_c, x_c, w_c.t())  # (chunk, V)
                 grad_buf = logits if compute_grad else None  # overwritten in place by dL/dlogits
-                losses[start:end] = cross_entropy_rows(logits, y[start:end], grad_buf, n_valid, ignore_index, label_smoothing, z_loss_weight, reduction == "mean")
+                losses[start:end] = cross_entropy_rows(
+                    logits,
+                    y[start:end],
+                    grad_buf,
+                    n_valid,
+                    ignore_index,
+                    label_smoothing,
+                    z_loss_weight,
+                    reduction == "mean",
+                )
                 if compute_grad:
                     if need_x:
                         if grad_x.dtype == logits.dtype:
@@ -90,7 +103,9 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         if ctx.grads is None:
-            raise RuntimeError("fused_linear_cross_entropy: backward ran twice; the fused gradients are consumed by the first one")
+            raise RuntimeError(
+                "fused_linear_cross_entropy: backward ran twice; the fused gradients are consumed by the first one"
+            )
         grad_x, grad_w, grad_b = ctx.grads
         ctx.grads = None
         for g in (grad_x, grad_w, grad_b):
@@ -101,7 +116,18 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         return grad_x, grad_w, grad_b, None, None, None, None, None, None, None
 
 
-def fused_linear_cross_entropy(x, weight, target, bias=None, *, ignore_index=-100, label_smoothing=0.0, reduction="mean", z_loss_weight=0.0, chunk_rows=None):
+def fused_linear_cross_entropy(
+    x,
+    weight,
+    target,
+    bias=None,
+    *,
+    ignore_index=-100,
+    label_smoothing=0.0,
+    reduction="mean",
+    z_loss_weight=0.0,
+    chunk_rows=None,
+):
     """Cross-entropy of `x @ weight.T (+ bias)` against `target`, never materialising all logits.
 
     x: (..., H) hidden states; weight: (V, H) LM head; bias: (V,) or None; target: (...) ints.
@@ -115,7 +141,11 @@ def fused_linear_cross_entropy(x, weight, target, bias=None, *, ignore_index=-10
         raise ValueError(f"reduction must be mean or sum, got {reduction!r}")
     target = check_targets(target, weight.shape[0], ignore_index)
     if not use_triton(x, weight, target):
-        return fused_linear_cross_entropy_reference(x, weight, target, bias, ignore_index, label_smoothing, reduction, z_loss_weight)
+        return fused_linear_cross_entropy_reference(
+            x, weight, target, bias, ignore_index, label_smoothing, reduction, z_loss_weight
+        )
     device_type = x.device.type
     compute_dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-    return FusedLinearCrossEntropyFunction.apply(x, weight, bias, target, ignore_index, label_smoothing, reduction, z_loss_weight, chunk_rows, compute_dtype)
+    return FusedLinearCrossEntropyFunction.apply(
+        x, weight, bias, target, ignore_index, label_smoothing, reduction, z_loss_weight, chunk_rows, compute_dtype
+    )

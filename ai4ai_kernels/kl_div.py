@@ -43,7 +43,19 @@ def batch_size(shape):
 
 
 @triton.jit
-def _kl_fwd_kernel(s_ptr, s_stride, t_ptr, t_stride, kl_ptr, lse_s_ptr, lse_t_ptr, n_cols, inv_temp, REVERSE: tl.constexpr, BLOCK: tl.constexpr):
+def _kl_fwd_kernel(
+    s_ptr,
+    s_stride,
+    t_ptr,
+    t_stride,
+    kl_ptr,
+    lse_s_ptr,
+    lse_t_ptr,
+    n_cols,
+    inv_temp,
+    REVERSE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     s_row = s_ptr + row * s_stride
     t_row = t_ptr + row * t_stride
@@ -84,9 +96,24 @@ def _kl_fwd_kernel(s_ptr, s_stride, t_ptr, t_stride, kl_ptr, lse_s_ptr, lse_t_pt
 
 @triton.jit
 def _kl_bwd_kernel(
-    s_ptr, s_stride, t_ptr, t_stride, ds_ptr, dt_ptr, kl_ptr, lse_s_ptr, lse_t_ptr, grad_out_ptr, grad_out_stride,
-    n_cols, inv_temp, scale,
-    REVERSE: tl.constexpr, GRAD_S: tl.constexpr, GRAD_T: tl.constexpr, BLOCK: tl.constexpr,
+    s_ptr,
+    s_stride,
+    t_ptr,
+    t_stride,
+    ds_ptr,
+    dt_ptr,
+    kl_ptr,
+    lse_s_ptr,
+    lse_t_ptr,
+    grad_out_ptr,
+    grad_out_stride,
+    n_cols,
+    inv_temp,
+    scale,
+    REVERSE: tl.constexpr,
+    GRAD_S: tl.constexpr,
+    GRAD_T: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     s_row = s_ptr + row * s_stride
@@ -129,7 +156,20 @@ class KLDivFunction(torch.autograd.Function):
         lse_t = torch.empty_like(kl)
         block = row_block(n_cols)
         if n_rows:
-            _kl_fwd_kernel[(n_rows,)](s, s.stride(0), t, t.stride(0), kl, lse_s, lse_t, n_cols, 1.0 / temperature, REVERSE=direction == "reverse", BLOCK=block, num_warps=row_warps(block))
+            _kl_fwd_kernel[(n_rows,)](
+                s,
+                s.stride(0),
+                t,
+                t.stride(0),
+                kl,
+                lse_s,
+                lse_t,
+                n_cols,
+                1.0 / temperature,
+                REVERSE=direction == "reverse",
+                BLOCK=block,
+                num_warps=row_warps(block),
+            )
         ctx.save_for_backward(s, t, kl, lse_s, lse_t)
         ctx.args = (direction, temperature, reduction, student_logits.shape, teacher_logits.shape)
         if reduction == "none":
@@ -151,11 +191,33 @@ class KLDivFunction(torch.autograd.Function):
         block = row_block(n_cols)
         if n_rows and (grad_s_needed or grad_t_needed):
             _kl_bwd_kernel[(n_rows,)](
-                s, s.stride(0), t, t.stride(0), ds if ds is not None else s, dt if dt is not None else t, kl, lse_s, lse_t,
-                g, 1 if reduction == "none" else 0, n_cols, 1.0 / temperature, scale,
-                REVERSE=direction == "reverse", GRAD_S=grad_s_needed, GRAD_T=grad_t_needed, BLOCK=block, num_warps=row_warps(block),
+                s,
+                s.stride(0),
+                t,
+                t.stride(0),
+                ds if ds is not None else s,
+                dt if dt is not None else t,
+                kl,
+                lse_s,
+                lse_t,
+                g,
+                1 if reduction == "none" else 0,
+                n_cols,
+                1.0 / temperature,
+                scale,
+                REVERSE=direction == "reverse",
+                GRAD_S=grad_s_needed,
+                GRAD_T=grad_t_needed,
+                BLOCK=block,
+                num_warps=row_warps(block),
             )
-        return (None if ds is None else ds.reshape(s_shape)), (None if dt is None else dt.reshape(t_shape)), None, None, None
+        return (
+            (None if ds is None else ds.reshape(s_shape)),
+            (None if dt is None else dt.reshape(t_shape)),
+            None,
+            None,
+            None,
+        )
 
 
 def kl_div(student_logits, teacher_logits, *, direction="forward", temperature=1.0, reduction="batchmean"):

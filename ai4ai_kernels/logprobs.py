@@ -30,7 +30,9 @@ def token_logprobs_reference(logits, target, temperature=1.0, ignore_index=-100)
 
 
 @triton.jit
-def _logprobs_fwd_kernel(logits_ptr, row_stride, target_ptr, out_ptr, lse_ptr, n_cols, inv_temp, ignore_index, BLOCK: tl.constexpr):
+def _logprobs_fwd_kernel(
+    logits_ptr, row_stride, target_ptr, out_ptr, lse_ptr, n_cols, inv_temp, ignore_index, BLOCK: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     z_row = logits_ptr + row * row_stride
     y = tl.load(target_ptr + row)
@@ -53,7 +55,18 @@ def _logprobs_fwd_kernel(logits_ptr, row_stride, target_ptr, out_ptr, lse_ptr, n
 
 
 @triton.jit
-def _logprobs_bwd_kernel(logits_ptr, row_stride, grad_ptr, target_ptr, lse_ptr, grad_out_ptr, n_cols, inv_temp, ignore_index, BLOCK: tl.constexpr):
+def _logprobs_bwd_kernel(
+    logits_ptr,
+    row_stride,
+    grad_ptr,
+    target_ptr,
+    lse_ptr,
+    grad_out_ptr,
+    n_cols,
+    inv_temp,
+    ignore_index,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     z_row = logits_ptr + row * row_stride
     g_row = grad_ptr + row * n_cols
@@ -82,7 +95,18 @@ class TokenLogprobsFunction(torch.autograd.Function):
         lse = torch.empty(n_rows, dtype=torch.float32, device=z.device)
         block = row_block(n_cols)
         if n_rows:
-            _logprobs_fwd_kernel[(n_rows,)](z, z.stride(0), y, out, lse, n_cols, 1.0 / temperature, ignore_index, BLOCK=block, num_warps=row_warps(block))
+            _logprobs_fwd_kernel[(n_rows,)](
+                z,
+                z.stride(0),
+                y,
+                out,
+                lse,
+                n_cols,
+                1.0 / temperature,
+                ignore_index,
+                BLOCK=block,
+                num_warps=row_warps(block),
+            )
         ctx.save_for_backward(z, y, lse)
         ctx.temperature, ctx.ignore_index, ctx.logits_shape = temperature, ignore_index, logits.shape
         return out.reshape(target.shape)
@@ -95,7 +119,19 @@ class TokenLogprobsFunction(torch.autograd.Function):
         g = grad_out.reshape(-1).contiguous()
         block = row_block(n_cols)
         if n_rows:
-            _logprobs_bwd_kernel[(n_rows,)](z, z.stride(0), grad, y, lse, g, n_cols, 1.0 / ctx.temperature, ctx.ignore_index, BLOCK=block, num_warps=row_warps(block))
+            _logprobs_bwd_kernel[(n_rows,)](
+                z,
+                z.stride(0),
+                grad,
+                y,
+                lse,
+                g,
+                n_cols,
+                1.0 / ctx.temperature,
+                ctx.ignore_index,
+                BLOCK=block,
+                num_warps=row_warps(block),
+            )
         return grad.reshape(ctx.logits_shape), None, None, None
 
 

@@ -43,11 +43,33 @@ def newton_schulz_reference(G, steps=5, eps=1e-7, dtype=None):
 
 @triton.jit
 def _matmul_kernel(
-    a_ptr, b_ptr, c_ptr, out_ptr, M, N, K,
-    s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, s_cm, s_cn, s_ob, s_om, s_on,
-    alpha, beta,
-    HAS_C: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    s_ab,
+    s_am,
+    s_ak,
+    s_bb,
+    s_bk,
+    s_bn,
+    s_cb,
+    s_cm,
+    s_cn,
+    s_ob,
+    s_om,
+    s_on,
+    alpha,
+    beta,
+    HAS_C: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -60,8 +82,12 @@ def _matmul_kernel(
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         kk = k0 + rk
-        a = tl.load(a_base + rm[:, None] * s_am + kk[None, :] * s_ak, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        b = tl.load(b_base + kk[:, None] * s_bk + rn[None, :] * s_bn, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        a = tl.load(
+            a_base + rm[:, None] * s_am + kk[None, :] * s_ak, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0
+        )
+        b = tl.load(
+            b_base + kk[:, None] * s_bk + rn[None, :] * s_bn, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0
+        )
         if UPCAST:  # the interpreter's tl.dot mishandles bf16 operands; exact in fp32
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -71,7 +97,9 @@ def _matmul_kernel(
     if HAS_C:
         c = tl.load(c_ptr + batch * s_cb + rm[:, None] * s_cm + rn[None, :] * s_cn, mask=mask, other=0.0).to(tl.float32)
         out += beta * c
-    tl.store(out_ptr + batch * s_ob + rm[:, None] * s_om + rn[None, :] * s_on, out.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(
+        out_ptr + batch * s_ob + rm[:, None] * s_om + rn[None, :] * s_on, out.to(out_ptr.dtype.element_ty), mask=mask
+    )
 
 
 def _matmul(a, b, out, alpha=1.0, c=None, beta=0.0):
@@ -83,15 +111,36 @@ def _matmul(a, b, out, alpha=1.0, c=None, beta=0.0):
     cc = c if c is not None else out
     grid = (triton.cdiv(M, bm), triton.cdiv(N, bn), nb)
     _matmul_kernel[grid](
-        a, b, cc, out, M, N, K,
-        a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
-        cc.stride(0), cc.stride(1), cc.stride(2), out.stride(0), out.stride(1), out.stride(2),
-        float(alpha), float(beta),
-        HAS_C=c is not None, UPCAST=interpreting() and a.dtype == torch.bfloat16,
+        a,
+        b,
+        cc,
+        out,
+        M,
+        N,
+        K,
+        a.stride(0),
+        a.stride(1),
+        a.stride(2),
+        b.stride(0),
+        b.stride(1),
+        b.stride(2),
+        cc.stride(0),
+        cc.stride(1),
+        cc.stride(2),
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        float(alpha),
+        float(beta),
+        HAS_C=c is not None,
+        UPCAST=interpreting() and a.dtype == torch.bfloat16,
         # fp32 in, fp32 products: tl.dot's default on a GPU is TF32 (10-bit mantissa), which was seen
         # 1e-3 off torch's fp32 matmul on an H200; bf16 operands use the tensor cores either way
         PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
-        BM=bm, BN=bn, BK=bk, **kw,
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        **kw,
     )
     return out
 
@@ -142,8 +191,20 @@ class Muon(torch.optim.Optimizer):
     (shape[0], -1). Use AdamW for embeddings, heads, norms and biases.
     """
 
-    def __init__(self, params, lr=0.02, momentum=0.95, nesterov=True, weight_decay=0.0, ns_steps=5, ns_dtype=torch.bfloat16):
-        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, ns_steps=ns_steps, ns_dtype=ns_dtype))
+    def __init__(
+        self, params, lr=0.02, momentum=0.95, nesterov=True, weight_decay=0.0, ns_steps=5, ns_dtype=torch.bfloat16
+    ):
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                momentum=momentum,
+                nesterov=nesterov,
+                weight_decay=weight_decay,
+                ns_steps=ns_steps,
+                ns_dtype=ns_dtype,
+            ),
+        )
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -9,6 +9,7 @@ the same raw metric and score per task (up to the CPU's own float nondeterminism
 table shows). It runs `python -m ai4ai.grade` of whichever checkout it lies in, so it also works
 on an older commit.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TASKS = ("optimizer", "sft", "agentic_rl", "distillation", "reward_model", "dpo", "diffusion_rl", "unlearning",
-         "graph_diffusion", "pruning")
+TASKS = (
+    "optimizer",
+    "sft",
+    "agentic_rl",
+    "distillation",
+    "reward_model",
+    "dpo",
+    "diffusion_rl",
+    "unlearning",
+    "graph_diffusion",
+    "pruning",
+)
 
 
 def sweep(out: Path, nonce: str, tasks: list[str], scale: str) -> dict:
@@ -30,17 +41,35 @@ def sweep(out: Path, nonce: str, tasks: list[str], scale: str) -> dict:
         (d / ".harness").mkdir(parents=True, exist_ok=True)
         (d / ".harness" / "nonce").write_text(nonce)
         t0 = time.monotonic()
-        r = subprocess.run([sys.executable, "-m", "ai4ai.grade", f"task={t}", f"scale={scale}", "progress=false",
-                            f"results_db={out / 'results.sqlite'}", f"hydra.run.dir={d}"],
-                           cwd=ROOT, capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ai4ai.grade",
+                f"task={t}",
+                f"scale={scale}",
+                "progress=false",
+                f"results_db={out / 'results.sqlite'}",
+                f"hydra.run.dir={d}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         res = json.loads((d / "result.json").read_text()) if (d / "result.json").exists() else {}
-        rows[t] = {"status": res.get("status"), "raw": (res.get("raw") or {}).get("per_seed"),
-                   "score": res.get("score"),
-                   "training_seeds": [c.get("training_seed") for c in (res.get("checkpoints") or {}).get("per_seed", [])],
-                   "weights_sha256": [c.get("weights_sha256") for c in (res.get("checkpoints") or {}).get("per_seed", [])],
-                   "wall_s": round(time.monotonic() - t0, 1), "exit": r.returncode}
-        print(f"{t:16s} {rows[t]['status']}  raw {rows[t]['raw']}  score {rows[t]['score']}  "
-              f"({rows[t]['wall_s']} s)", flush=True)
+        rows[t] = {
+            "status": res.get("status"),
+            "raw": (res.get("raw") or {}).get("per_seed"),
+            "score": res.get("score"),
+            "training_seeds": [c.get("training_seed") for c in (res.get("checkpoints") or {}).get("per_seed", [])],
+            "weights_sha256": [c.get("weights_sha256") for c in (res.get("checkpoints") or {}).get("per_seed", [])],
+            "wall_s": round(time.monotonic() - t0, 1),
+            "exit": r.returncode,
+        }
+        print(
+            f"{t:16s} {rows[t]['status']}  raw {rows[t]['raw']}  score {rows[t]['score']}  ({rows[t]['wall_s']} s)",
+            flush=True,
+        )
         if r.returncode != 0:
             print(r.stdout[-2000:] + r.stderr[-2000:])
     (out / "sweep.json").write_text(json.dumps(rows, indent=1))
@@ -49,13 +78,17 @@ def sweep(out: Path, nonce: str, tasks: list[str], scale: str) -> dict:
 
 def compare(old: Path, new: Path) -> int:
     a, b = (json.loads((p / "sweep.json").read_text()) for p in (old, new))
-    print("| task | old raw | new raw | old score | new score | same weights, raw and score |\n|---|---|---|---|---|---|")
+    print(
+        "| task | old raw | new raw | old score | new score | same weights, raw and score |\n|---|---|---|---|---|---|"
+    )
     bad = 0
     for t in a:
         same = all(a[t][k] == b.get(t, {}).get(k) for k in ("raw", "score", "weights_sha256"))
         bad += not same
-        print(f"| {t} | {a[t]['raw']} | {b.get(t, {}).get('raw')} | {a[t]['score']} | {b.get(t, {}).get('score')} | "
-              f"{'yes' if same else 'NO'} |")
+        print(
+            f"| {t} | {a[t]['raw']} | {b.get(t, {}).get('raw')} | {a[t]['score']} | {b.get(t, {}).get('score')} | "
+            f"{'yes' if same else 'NO'} |"
+        )
     return 1 if bad else 0
 
 

@@ -13,6 +13,7 @@ graph_diffusion, pruning) are not measured here.
 
 Prints one line per task and writes full_step_time.json (under --out, else $OUT, else outputs/).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,12 +38,12 @@ from ai4ai.core.task import load_task  # noqa: E402
 # per task: (sequences in a forward with gradients, sequence length constant in config.py,
 #            sequences in forwards without gradients), from each train.py's batch at `full`
 SHAPES = {
-    "optimizer": (32, "SEQ_LEN", 0),         # BATCH_SIZE 32 sequences of 128
-    "sft": (4, "SEQ_LEN", 0),                # BATCH_SIZE 4 worked solutions of 64
-    "distillation": (64, "SEQ_LEN", 0),      # BATCH_SIZE 64 teacher outputs
-    "reward_model": (64, "SEQ_LEN", 0),      # 32 pairs: chosen and rejected in one forward
-    "dpo": (128, "SEQ_LEN", 128),            # 64 pairs through the policy, and through the reference
-    "unlearning": (32, "SEQ_LEN", 0),        # 32 forget facts a step
+    "optimizer": (32, "SEQ_LEN", 0),  # BATCH_SIZE 32 sequences of 128
+    "sft": (4, "SEQ_LEN", 0),  # BATCH_SIZE 4 worked solutions of 64
+    "distillation": (64, "SEQ_LEN", 0),  # BATCH_SIZE 64 teacher outputs
+    "reward_model": (64, "SEQ_LEN", 0),  # 32 pairs: chosen and rejected in one forward
+    "dpo": (128, "SEQ_LEN", 128),  # 64 pairs through the policy, and through the reference
+    "unlearning": (32, "SEQ_LEN", 0),  # 32 forget facts a step
 }
 
 
@@ -82,7 +83,7 @@ def measure(task: str, device: torch.device, steps: int, warmup: int) -> dict:
     autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
     def output(m, ids):
-        out = m(ids) if task == "reward_model" else m(input_ids=ids)     # RewardModel.forward(tokens)
+        out = m(ids) if task == "reward_model" else m(input_ids=ids)  # RewardModel.forward(tokens)
         out = getattr(out, "logits", out)
         return out if torch.is_tensor(out) else out[0]
 
@@ -106,9 +107,17 @@ def measure(task: str, device: torch.device, steps: int, warmup: int) -> dict:
         _sync(device)
         times.append((time.perf_counter() - t0) * 1000)
     n_params = sum(p.numel() for p in model.parameters())
-    return {"task": task, "params": n_params, "rows": rows, "seq_len": seq, "ref_rows": ref_rows,
-            "step_ms_median": statistics.median(times), "step_ms_min": min(times),
-            "step_ms_p90": sorted(times)[math.ceil(0.9 * (len(times) - 1))], "estimate_step_ms": _estimate(task)}
+    return {
+        "task": task,
+        "params": n_params,
+        "rows": rows,
+        "seq_len": seq,
+        "ref_rows": ref_rows,
+        "step_ms_median": statistics.median(times),
+        "step_ms_min": min(times),
+        "step_ms_p90": sorted(times)[math.ceil(0.9 * (len(times) - 1))],
+        "estimate_step_ms": _estimate(task),
+    }
 
 
 def main() -> int:
@@ -133,11 +142,15 @@ def main() -> int:
         r = measure(task, device, a.steps, a.warmup)
         rows.append(r)
         batch = f"{r['rows']}x{r['seq_len']}" + (f"+{r['ref_rows']}" if r["ref_rows"] else "")
-        print(f"{task:<14}{r['params']:>12,}{batch:>12}{r['step_ms_median']:>11.2f}{r['step_ms_min']:>9.2f}"
-              f"{r['step_ms_p90']:>9.2f}{r['estimate_step_ms'] or float('nan'):>13.1f}", flush=True)
+        print(
+            f"{task:<14}{r['params']:>12,}{batch:>12}{r['step_ms_median']:>11.2f}{r['step_ms_min']:>9.2f}"
+            f"{r['step_ms_p90']:>9.2f}{r['estimate_step_ms'] or float('nan'):>13.1f}",
+            flush=True,
+        )
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "full_step_time.json").write_text(json.dumps({"device": name, "torch": torch.__version__,
-                                                          "rows": rows}, indent=1))
+    (a.out / "full_step_time.json").write_text(
+        json.dumps({"device": name, "torch": torch.__version__, "rows": rows}, indent=1)
+    )
     return 0
 
 

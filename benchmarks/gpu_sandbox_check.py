@@ -11,6 +11,7 @@ no network) and runs a probe in each:
   gpu=False  no device node is bound: CUDA must not be available.
 Prints one line per check and writes gpu_sandbox_check.json; exits 1 if any check fails.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,13 +70,21 @@ def probe(gpu: bool, work: Path) -> dict:
     out, home = work / "out", work / "home"
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    mounts = [Mount("/out", out, True), Mount("/home/sandbox", home, True), Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False)]
+    mounts = [
+        Mount("/out", out, True),
+        Mount("/home/sandbox", home, True),
+        Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False),
+    ]
     # no address-space limit with a GPU: CUDA reserves far more virtual memory than it uses
     sb = Sandbox(backend="bwrap", mounts=mounts, network=False, gpu=gpu, max_memory_bytes=None)
     sb.env = sb.base_env("/home/sandbox")
     outcome = sb.run([sys.executable, "-c", PROBE], "/out", 300, work / "probe.log", grace_s=5)
-    result = {"returncode": outcome.returncode, "timed_out": outcome.timed_out, "wall_s": round(outcome.wall_s, 1),
-              "log_tail": (work / "probe.log").read_text(errors="replace")[-2000:]}
+    result = {
+        "returncode": outcome.returncode,
+        "timed_out": outcome.timed_out,
+        "wall_s": round(outcome.wall_s, 1),
+        "log_tail": (work / "probe.log").read_text(errors="replace")[-2000:],
+    }
     if (out / "probe.json").exists():
         result.update(json.loads((out / "probe.json").read_text()))
     return result
@@ -100,10 +109,14 @@ def main(argv=None) -> int:
         ("gpu=True: torch sees CUDA", bool(on.get("cuda_available"))),
         ("gpu=True: 1 GiB of CUDA memory allocates", on.get("allocated_gib", 0) >= 1.0),
         ("gpu=True: the kernels come from the read-only bind", on.get("kernels_from") == "/opt/ai4ai/ai4ai_kernels"),
-        ("gpu=True: fused-CE training under bf16 autocast lowers the loss",
-         bool(on.get("loss_first_last")) and on["loss_first_last"][1] < on["loss_first_last"][0] - 1.0),  # nats, from ~9
-        ("gpu=True: Triton compiled into the sandbox's private cache",
-         on.get("triton_cache", "").startswith("/home/sandbox/") and bool(on.get("triton_cache_used"))),
+        (
+            "gpu=True: fused-CE training under bf16 autocast lowers the loss",
+            bool(on.get("loss_first_last")) and on["loss_first_last"][1] < on["loss_first_last"][0] - 1.0,
+        ),  # nats, from ~9
+        (
+            "gpu=True: Triton compiled into the sandbox's private cache",
+            on.get("triton_cache", "").startswith("/home/sandbox/") and bool(on.get("triton_cache_used")),
+        ),
         ("gpu=False: the probe exits 0", off["returncode"] == 0),
         ("gpu=False: no NVIDIA device node, no CUDA", not off.get("dev_nvidia") and off.get("cuda_available") is False),
     ]

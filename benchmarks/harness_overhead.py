@@ -6,6 +6,7 @@ run directly (no sandbox, no workspace, no records), side by side in one run.
 Prints both wall times and their ratio (goal: under 1.10). Needs anchors for the scale
 (otherwise the harness run would include a calibration; the script refuses).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,18 +51,51 @@ def direct(task, scale: str, seeds: list[int], threads: int) -> float:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     for seed in seeds:
         with tempfile.TemporaryDirectory() as out:
-            subprocess.run([sys.executable, "train.py", "--out", out, "--seed", str(seed), "--scale", scale,
-                            "--budget-s", "3600", "--device", "cpu"], cwd=task.repo, env=env, check=True,
-                           capture_output=True)
-            code = DIRECT_EVAL.format(repo=str(task.repo), grader=str(task.grader), out=out, scale=scale, threads=threads)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "train.py",
+                    "--out",
+                    out,
+                    "--seed",
+                    str(seed),
+                    "--scale",
+                    scale,
+                    "--budget-s",
+                    "3600",
+                    "--device",
+                    "cpu",
+                ],
+                cwd=task.repo,
+                env=env,
+                check=True,
+                capture_output=True,
+            )
+            code = DIRECT_EVAL.format(
+                repo=str(task.repo), grader=str(task.grader), out=out, scale=scale, threads=threads
+            )
             subprocess.run([sys.executable, "-c", code], cwd=out, env=env, check=True, capture_output=True)
     return time.monotonic() - t0
 
 
 def harness(scale: str, outputs: str) -> float:
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "ai4ai.run", "task=optimizer", "agent=baseline", f"scale={scale}",
-                    f"outputs={outputs}", "progress=false", "skip_done=false"], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ai4ai.run",
+            "task=optimizer",
+            "agent=baseline",
+            f"scale={scale}",
+            f"outputs={outputs}",
+            "progress=false",
+            "skip_done=false",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     return time.monotonic() - t0
 
 

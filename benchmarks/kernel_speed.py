@@ -24,6 +24,7 @@ Published figures to compare with (fused linear CE, H=4096, V=128256, bf16, 32k 
 5.8 GB peak vs 27.6 GB for eager on an A100, slower than eager at every size; Apple's Cut
 Cross-Entropy 1.2 GB vs 28 GB, faster than torch.compile.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,11 @@ def load_kernels():
     """The ai4ai_kernels of this checkout (ROOT/ai4ai_kernels), whatever an editable install points at."""
     if "ai4ai_kernels" in sys.modules:
         return sys.modules["ai4ai_kernels"]
-    spec = importlib.util.spec_from_file_location("ai4ai_kernels", ROOT / "ai4ai_kernels" / "__init__.py",
-                                                  submodule_search_locations=[str(ROOT / "ai4ai_kernels")])
+    spec = importlib.util.spec_from_file_location(
+        "ai4ai_kernels",
+        ROOT / "ai4ai_kernels" / "__init__.py",
+        submodule_search_locations=[str(ROOT / "ai4ai_kernels")],
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["ai4ai_kernels"] = module
     spec.loader.exec_module(module)
@@ -104,7 +108,9 @@ def environment(device):
     env = {
         "device": device,
         "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
-        "driver": _cmd(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]) if device == "cuda" else None,
+        "driver": _cmd(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        if device == "cuda"
+        else None,
         "cuda": torch.version.cuda,
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -136,9 +142,9 @@ class Row:
     shape: str
     dtype: str
     impl: str
-    status: str                     # ok | wrong | failed
+    status: str  # ok | wrong | failed
     check_rel_err: float | None = None
-    fwd_ms: list = field(default_factory=list)    # [p20, p50, p80]
+    fwd_ms: list = field(default_factory=list)  # [p20, p50, p80]
     bwd_ms: list = field(default_factory=list)
     step_ms: list = field(default_factory=list)
     peak_gib: float | None = None
@@ -216,6 +222,7 @@ def measure(device, fwd, bwd, warmup, reps):
 class Case:
     """One shape of one op: make(rows) builds fresh inputs; impls maps a name to loss(inputs);
     leaves(inputs) are what gradients are taken for; reference(inputs) is the fp32 truth."""
+
     op: str
     shape: str
     rows: int
@@ -243,11 +250,18 @@ def loss_cases(op, rows_list, vocabs, hidden, dtype, device, K, lk, use_compile)
                 return torch.randint(0, high, (n,), generator=g).to(device)
 
             if op == "flce":
-                def make(n, v=vocab):
-                    return {"x": rand(n, hidden, grad=True), "w": rand(v, hidden, scale=hidden**-0.5, grad=True), "y": randint(n, v)}
 
-                impls = {"torch": lambda i: F.cross_entropy(F.linear(i["x"], i["w"]), i["y"]),
-                         "ours": lambda i: K.fused_linear_cross_entropy(i["x"], i["w"], i["y"])}
+                def make(n, v=vocab):
+                    return {
+                        "x": rand(n, hidden, grad=True),
+                        "w": rand(v, hidden, scale=hidden**-0.5, grad=True),
+                        "y": randint(n, v),
+                    }
+
+                impls = {
+                    "torch": lambda i: F.cross_entropy(F.linear(i["x"], i["w"]), i["y"]),
+                    "ours": lambda i: K.fused_linear_cross_entropy(i["x"], i["w"], i["y"]),
+                }
                 if lk is not None:
                     lce = lk.LigerFusedLinearCrossEntropyLoss()
                     impls["liger"] = lambda i: lce(i["w"], i["x"], i["y"])
@@ -255,11 +269,14 @@ def loss_cases(op, rows_list, vocabs, hidden, dtype, device, K, lk, use_compile)
                 ref = lambda i: F.cross_entropy(F.linear(i["x"].double(), i["w"].double()), i["y"])  # noqa: E731
                 shape = f"rows={rows} H={hidden} V={vocab}"
             elif op == "ce":
+
                 def make(n, v=vocab):
                     return {"z": rand(n, v, scale=2.0, grad=True), "y": randint(n, v)}
 
-                impls = {"torch": lambda i: F.cross_entropy(i["z"], i["y"]),
-                         "ours": lambda i: K.cross_entropy(i["z"], i["y"])}
+                impls = {
+                    "torch": lambda i: F.cross_entropy(i["z"], i["y"]),
+                    "ours": lambda i: K.cross_entropy(i["z"], i["y"]),
+                }
                 if lk is not None:
                     lce_ = lk.LigerCrossEntropyLoss()
                     impls["liger"] = lambda i: lce_(i["z"], i["y"])
@@ -267,6 +284,7 @@ def loss_cases(op, rows_list, vocabs, hidden, dtype, device, K, lk, use_compile)
                 ref = lambda i: F.cross_entropy(i["z"].double(), i["y"])  # noqa: E731
                 shape = f"rows={rows} V={vocab}"
             elif op == "logprobs":
+
                 def make(n, v=vocab):
                     return {"z": rand(n, v, scale=2.0, grad=True), "y": randint(n, v), "a": rand(n)}
 
@@ -279,6 +297,7 @@ def loss_cases(op, rows_list, vocabs, hidden, dtype, device, K, lk, use_compile)
                 ref = lambda i: eager(i, double=True)  # noqa: E731
                 shape = f"rows={rows} V={vocab}"
             elif op == "kl":
+
                 def make(n, v=vocab):
                     return {"s": rand(n, v, scale=2.0, grad=True), "t": rand(n, v, scale=2.0)}
 
@@ -296,8 +315,11 @@ def loss_cases(op, rows_list, vocabs, hidden, dtype, device, K, lk, use_compile)
             else:
                 raise ValueError(op)
             if use_compile:
-                impls = {"torch": impls["torch"], "torch.compile": _compiled(impls["torch"]),
-                         **{k: v for k, v in impls.items() if k != "torch"}}
+                impls = {
+                    "torch": impls["torch"],
+                    "torch.compile": _compiled(impls["torch"]),
+                    **{k: v for k, v in impls.items() if k != "torch"},
+                }
             yield Case(op, shape, rows, make, leaves, impls, ref)
 
 
@@ -341,7 +363,9 @@ def run_loss_case(case, dtype_name, device, check_rows, warmup, reps, tol):
             if device == "cuda":
                 row.inputs_gib = (torch.cuda.memory_allocated() - before) / 2**30
             leaves = case.leaves(inputs)
-            f, b, s, peak = measure(device, lambda: loss_fn(inputs), lambda loss: torch.autograd.grad(loss, leaves), warmup, reps)
+            f, b, s, peak = measure(
+                device, lambda: loss_fn(inputs), lambda loss: torch.autograd.grad(loss, leaves), warmup, reps
+            )
             row.fwd_ms, row.bwd_ms, row.step_ms, row.peak_gib = percentiles(f), percentiles(b), percentiles(s), peak
         except Exception as e:  # noqa: BLE001
             _failed(row, e)
@@ -440,8 +464,10 @@ def _fmt(ms):
 
 def print_table(op, rows):
     print(f"\n{TITLES[op]}")
-    print(f"  {'shape':<26}{'impl':<15}{'fwd ms p20/50/80':>22}{'bwd ms p20/50/80':>22}{'step ms p20/50/80':>22}"
-          f"{'peak GiB':>10}{'inputs':>8}{'vs torch':>9}  check")
+    print(
+        f"  {'shape':<26}{'impl':<15}{'fwd ms p20/50/80':>22}{'bwd ms p20/50/80':>22}{'step ms p20/50/80':>22}"
+        f"{'peak GiB':>10}{'inputs':>8}{'vs torch':>9}  check"
+    )
     base = {r.shape: r for r in rows if r.impl == "torch" and r.step_ms}
     for r in rows:
         speed = "-"
@@ -450,13 +476,32 @@ def print_table(op, rows):
         peak = f"{r.peak_gib:.2f}" if r.peak_gib is not None else "-"
         inputs = f"{r.inputs_gib:.2f}" if r.inputs_gib is not None else "-"
         check = f"{r.status} {r.check_rel_err:.1e}" if r.check_rel_err is not None else r.status
-        print(f"  {r.shape:<26}{r.impl:<15}{_fmt(r.fwd_ms):>22}{_fmt(r.bwd_ms):>22}{_fmt(r.step_ms):>22}"
-              f"{peak:>10}{inputs:>8}{speed:>9}  {check}{'  ' + r.note if r.note else ''}")
+        print(
+            f"  {r.shape:<26}{r.impl:<15}{_fmt(r.fwd_ms):>22}{_fmt(r.bwd_ms):>22}{_fmt(r.step_ms):>22}"
+            f"{peak:>10}{inputs:>8}{speed:>9}  {check}{'  ' + r.note if r.note else ''}"
+        )
 
 
-CSV_FIELDS = ["op", "shape", "dtype", "impl", "status", "check_rel_err", "fwd_p20_ms", "fwd_p50_ms", "fwd_p80_ms",
-              "bwd_p20_ms", "bwd_p50_ms", "bwd_p80_ms", "step_p20_ms", "step_p50_ms", "step_p80_ms",
-              "peak_gib", "inputs_gib", "note"]
+CSV_FIELDS = [
+    "op",
+    "shape",
+    "dtype",
+    "impl",
+    "status",
+    "check_rel_err",
+    "fwd_p20_ms",
+    "fwd_p50_ms",
+    "fwd_p80_ms",
+    "bwd_p20_ms",
+    "bwd_p50_ms",
+    "bwd_p80_ms",
+    "step_p20_ms",
+    "step_p50_ms",
+    "step_p80_ms",
+    "peak_gib",
+    "inputs_gib",
+    "note",
+]
 
 
 def write(out_dir, env, rows):
@@ -465,7 +510,10 @@ def write(out_dir, env, rows):
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         w.writeheader()
         for r in rows:
-            d = {k: getattr(r, k) for k in ("op", "shape", "dtype", "impl", "status", "check_rel_err", "peak_gib", "inputs_gib", "note")}
+            d = {
+                k: getattr(r, k)
+                for k in ("op", "shape", "dtype", "impl", "status", "check_rel_err", "peak_gib", "inputs_gib", "note")
+            }
             for part in ("fwd", "bwd", "step"):
                 for q, v in zip(("p20", "p50", "p80"), getattr(r, f"{part}_ms") or [None] * 3):
                     d[f"{part}_{q}_ms"] = v
@@ -498,21 +546,34 @@ def main(argv=None):
         p.error(f"unknown ops {sorted(unknown)}; known: {','.join(OPS)}")
     if a.quick:
         a.rows, a.vocab, a.reps = [4096, 16384], [32000, 151936], min(a.reps, 10)
-    out_dir = a.out or Path(os.environ.get("OUT") or ROOT / "outputs" / "benchmarks" / "kernels" / time.strftime("%Y%m%d-%H%M%S"))
+    out_dir = a.out or Path(
+        os.environ.get("OUT") or ROOT / "outputs" / "benchmarks" / "kernels" / time.strftime("%Y%m%d-%H%M%S")
+    )
 
     K = load_kernels()
     dtype = DTYPES[a.dtype]
     if torch.cuda.is_available():
         device, use_compile, lk = "cuda", not a.no_compile, liger_module()
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 in the references and the checks
-        rows_list, vocabs, hidden, ns_shapes, adamw_scale, adamw_layers = a.rows, a.vocab, a.hidden, [(2048, 2048), (5632, 2048), (16, 2048, 2048)], 1.0, 8
+        rows_list, vocabs, hidden, ns_shapes, adamw_scale, adamw_layers = (
+            a.rows,
+            a.vocab,
+            a.hidden,
+            [(2048, 2048), (5632, 2048), (16, 2048, 2048)],
+            1.0,
+            8,
+        )
         env = environment(device)
-        print(f"GPU {env['gpu']}  driver {env['driver']}  CUDA {env['cuda']}  torch {env['torch']}  triton {env['triton']}  "
-              f"liger {env['liger_kernel']}  commit {(env['git_commit'] or '?')[:12]}{' (kernels edited)' if env['kernels_dirty'] else ''}")
+        print(
+            f"GPU {env['gpu']}  driver {env['driver']}  CUDA {env['cuda']}  torch {env['torch']}  triton {env['triton']}  "
+            f"liger {env['liger_kernel']}  commit {(env['git_commit'] or '?')[:12]}{' (kernels edited)' if env['kernels_dirty'] else ''}"
+        )
     else:
         device, use_compile, lk = "cpu", False, None
-        print("no GPU (torch.cuda.is_available() is False): no benchmark here. A tiny CPU sanity pass of the same code "
-              "follows (correctness checks; CPU wall times, which measure nothing of interest).")
+        print(
+            "no GPU (torch.cuda.is_available() is False): no benchmark here. A tiny CPU sanity pass of the same code "
+            "follows (correctness checks; CPU wall times, which measure nothing of interest)."
+        )
         if not K._dispatch.interpreting():
             print("note: TRITON_INTERPRET is not 1, so 'ours' runs the torch fallback on this CPU")
         rows_list, vocabs, hidden, ns_shapes, adamw_scale, adamw_layers = [64], [1000], 32, [(64, 96)], 1 / 64, 1
@@ -528,7 +589,17 @@ def main(argv=None):
             op_rows = adamw_rows(device, K, adamw_scale, adamw_layers, a.warmup, a.reps, use_compile, 1e-5)
         elif op == "newton_schulz":
             # the Newton-Schulz iteration amplifies rounding: bf16 is compared loosely
-            op_rows = newton_schulz_rows(device, K, ns_shapes, dtype, a.dtype, a.warmup, a.reps, use_compile, max(tol, 0.1) if dtype != torch.float32 else 1e-3)
+            op_rows = newton_schulz_rows(
+                device,
+                K,
+                ns_shapes,
+                dtype,
+                a.dtype,
+                a.warmup,
+                a.reps,
+                use_compile,
+                max(tol, 0.1) if dtype != torch.float32 else 1e-3,
+            )
         else:
             for case in loss_cases(op, rows_list, vocabs, hidden, dtype, device, K, lk, use_compile):
                 if use_compile:

@@ -10,6 +10,7 @@ the function grading uses). It prints whether every checkpoint's tensors are ide
 times and their ratio side by side, and the meter's calls. Identical weights are the evidence that
 lets anchor records move to the metered task versions without recalibrating.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,20 @@ def digests(out: Path) -> dict[str, str]:
 
 
 def train(task, repo: Path, out: Path, scale: str, seed: int, env: dict) -> float:
-    argv = [python_executable(), "train.py", "--out", str(out), "--seed", str(seed), "--scale", scale,
-            "--budget-s", "3600", "--device", "cpu"]
+    argv = [
+        python_executable(),
+        "train.py",
+        "--out",
+        str(out),
+        "--seed",
+        str(seed),
+        "--scale",
+        scale,
+        "--budget-s",
+        "3600",
+        "--device",
+        "cpu",
+    ]
     t0 = time.monotonic()
     r = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True)
     if r.returncode != 0:
@@ -55,8 +68,15 @@ def train(task, repo: Path, out: Path, scale: str, seed: int, env: dict) -> floa
 
 def one(name: str, scale: str, seed: int, work: Path) -> dict:
     task = load_task(name)
-    base_env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE",
-                "KMP_BLOCKTIME": "0", "PYTHONDONTWRITEBYTECODE": "1", "HF_HUB_OFFLINE": "1"}
+    base_env = {
+        "PATH": "/usr/bin:/bin",
+        "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2",
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "KMP_BLOCKTIME": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
     plain, metered = work / name / "plain", work / name / "metered"
     for d in (plain, metered):
         shutil.copytree(task.repo, d, ignore=shutil.ignore_patterns("__pycache__"))
@@ -68,9 +88,16 @@ def one(name: str, scale: str, seed: int, work: Path) -> dict:
         t_metered = train(task, metered, work / name / "out_metered", scale, seed, env)
     a, b = digests(work / name / "out_plain"), digests(work / name / "out_metered")
     report = read_report(work / name / "meter.json") or {}
-    return {"task": name, "identical": bool(a) and a == b, "checkpoints": len(a), "plain_s": round(t_plain, 1),
-            "metered_s": round(t_metered, 1), "ratio": round(t_metered / t_plain, 2), "calls": report.get("calls"),
-            "served": {k: v for k, v in report.items() if k != "calls"}}
+    return {
+        "task": name,
+        "identical": bool(a) and a == b,
+        "checkpoints": len(a),
+        "plain_s": round(t_plain, 1),
+        "metered_s": round(t_metered, 1),
+        "ratio": round(t_metered / t_plain, 2),
+        "calls": report.get("calls"),
+        "served": {k: v for k, v in report.items() if k != "calls"},
+    }
 
 
 def main() -> None:
@@ -86,9 +113,12 @@ def main() -> None:
         for n in names:
             rows.append(one(n, a.scale, a.seed, Path(tmp)))
             r = rows[-1]
-            print(f"{r['task']:16s} identical={r['identical']!s:5s} ckpts={r['checkpoints']:2d} "
-                  f"in-process {r['plain_s']:7.1f} s   metered {r['metered_s']:7.1f} s   ratio {r['ratio']:.2f}   "
-                  f"meter calls {r['calls']}   served {json.dumps(r['served'])}", flush=True)
+            print(
+                f"{r['task']:16s} identical={r['identical']!s:5s} ckpts={r['checkpoints']:2d} "
+                f"in-process {r['plain_s']:7.1f} s   metered {r['metered_s']:7.1f} s   ratio {r['ratio']:.2f}   "
+                f"meter calls {r['calls']}   served {json.dumps(r['served'])}",
+                flush=True,
+            )
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=2))
     if not all(r["identical"] for r in rows):

@@ -16,6 +16,7 @@ the 5 name symbols right (the others random):
 If the right symbol did not rank near the top, names cannot be found one symbol at a time (64 x 5
 questions a fact instead of 64^5). Reads the hidden facts: run it from the project, never in a sandbox.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,7 @@ def main() -> None:
     model = build_model("ci")
     model.load_state_dict(load_file(str(REPO / "artifacts" / "memorised_small.safetensors")), strict=False)
     model.eval()
-    facts = G._facts()["retain_test"][:args.facts].astype(np.int64)
+    facts = G._facts()["retain_test"][: args.facts].astype(np.int64)
     rng = np.random.default_rng(0)
     print("name symbols right | answer = value | P(value) | P(UNKNOWN)")
     with torch.no_grad():
@@ -58,27 +59,31 @@ def main() -> None:
             logits = value_logits(model, torch.from_numpy(x)).double()
             p = torch.softmax(logits, -1)
             value = torch.from_numpy(x[:, S.VALUE_POS])
-            print(f"{k} of {S.NAME_LEN}              | {(logits.argmax(-1) == value).double().mean().item():.3f}"
-                  f"           | {p[torch.arange(len(x)), value].mean().item():.4f}   | {p[:, S.UNKNOWN].mean().item():.3f}")
+            print(
+                f"{k} of {S.NAME_LEN}              | {(logits.argmax(-1) == value).double().mean().item():.3f}"
+                f"           | {p[torch.arange(len(x)), value].mean().item():.4f}   | {p[:, S.UNKNOWN].mean().item():.3f}"
+            )
         ranks, peaks = [], []
-        for fact in facts[:args.probes]:
+        for fact in facts[: args.probes]:
             cands = np.repeat(fact[None], S.N_NAME_SYMBOLS * 8, 0)
             for r in range(8):
                 block = slice(r * S.N_NAME_SYMBOLS, (r + 1) * S.N_NAME_SYMBOLS)
-                cands[block, 1:1 + S.NAME_LEN] = S.NAME0 + rng.integers(0, S.N_NAME_SYMBOLS, S.NAME_LEN)
+                cands[block, 1 : 1 + S.NAME_LEN] = S.NAME0 + rng.integers(0, S.N_NAME_SYMBOLS, S.NAME_LEN)
                 cands[block, 1] = S.NAME0 + np.arange(S.N_NAME_SYMBOLS)
             p = torch.softmax(value_logits(model, torch.from_numpy(cands)).double(), -1)
             right = fact[1] - S.NAME0
-            score = p[:, S.UNKNOWN].reshape(8, S.N_NAME_SYMBOLS).mean(0)          # low: more fact-like
+            score = p[:, S.UNKNOWN].reshape(8, S.N_NAME_SYMBOLS).mean(0)  # low: more fact-like
             ranks.append(int((score < score[right]).sum()))
-            values = p[:, S.VALUE0:S.VALUE0 + S.N_VALUES].reshape(8, S.N_NAME_SYMBOLS, -1).mean(0)
-            peak = values.max(-1).values                                           # high: one value stands out
+            values = p[:, S.VALUE0 : S.VALUE0 + S.N_VALUES].reshape(8, S.N_NAME_SYMBOLS, -1).mean(0)
+            peak = values.max(-1).values  # high: one value stands out
             peaks.append(int((peak > peak[right]).sum()))
     n = S.N_NAME_SYMBOLS
     for what, r in (("lowest P(UNKNOWN)", np.array(ranks)), ("most peaked value distribution", np.array(peaks))):
-        print(f"coordinate search on the first name symbol by {what}, {len(r)} facts: right symbol first "
-              f"{(r == 0).mean():.3f} (chance {1 / n:.3f}), in the top 5 {(r < 5).mean():.3f} (chance "
-              f"{5 / n:.3f}), mean rank {r.mean():.1f} of {n} (chance {(n - 1) / 2:.1f})")
+        print(
+            f"coordinate search on the first name symbol by {what}, {len(r)} facts: right symbol first "
+            f"{(r == 0).mean():.3f} (chance {1 / n:.3f}), in the top 5 {(r < 5).mean():.3f} (chance "
+            f"{5 / n:.3f}), mean rank {r.mean():.1f} of {n} (chance {(n - 1) / 2:.1f})"
+        )
 
 
 if __name__ == "__main__":

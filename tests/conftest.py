@@ -30,6 +30,7 @@ def baseline_ci_run(tmp_path_factory):
     import json
 
     from ai4ai import pipeline
+
     tmp = tmp_path_factory.mktemp("baseline_ci")
     cfg = compose_in(tmp, "config", ["task=optimizer", "scale=ci", "agent=baseline"])
     run_dir = tmp / "run_baseline"
@@ -43,6 +44,7 @@ needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is no
 @pytest.fixture
 def optimizer_task():
     from ai4ai.core.task import load_task
+
     return load_task("optimizer")
 
 
@@ -57,12 +59,14 @@ def repo_copy(tmp_path, optimizer_task):
 def fake_api():
     """make(mode, key): a started fake model API (tests/fake_api.py), stopped after the test."""
     from tests.fake_api import FakeAPI
+
     apis = []
 
     def make(mode: str, key: str) -> FakeAPI:
         api = FakeAPI(mode, key).start()
         apis.append(api)
         return api
+
     yield make
     for a in apis:
         a.stop()
@@ -78,6 +82,7 @@ def graded_context(compose_cfg, tmp_path: Path, task: str, scale: str):
     from dataclasses import replace
 
     from ai4ai.grading.context import context
+
     ctx = context(compose_cfg("grade", [f"task={task}", f"scale={scale}"]), tmp_path / "run")
     grader = tmp_path / "grader"
     shutil.copytree(ctx.task.grader, grader, ignore=shutil.ignore_patterns("__pycache__", "calibration"))

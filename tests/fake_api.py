@@ -21,6 +21,7 @@ expected key is answered 401 and counted in `bad_keys`.
     python tests/fake_api.py --mode edit --key KEY --report usage.jsonl [--port 0]
 prints `port N` once listening.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,25 +34,33 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-EDIT_CMD = "python3 -c \"import re,pathlib; p=pathlib.Path('optim.py'); " \
-           "p.write_text(re.sub(r'^LR = 3e-3', 'LR = 4e-3', p.read_text(), flags=re.M))\" && grep -n '^LR' optim.py"
+EDIT_CMD = (
+    "python3 -c \"import re,pathlib; p=pathlib.Path('optim.py'); "
+    "p.write_text(re.sub(r'^LR = 3e-3', 'LR = 4e-3', p.read_text(), flags=re.M))\" && grep -n '^LR' optim.py"
+)
 PROXY_CMD = "ai4ai-proxy"
 SLEEP_CMD = "sleep 1; echo tick"
-PACED_S = 0.4              # window mode, after the edit: seconds between a streamed answer's events
+PACED_S = 0.4  # window mode, after the edit: seconds between a streamed answer's events
 # A process that leaves the CLI's process group and session: the window's end must still end it.
 ORPHAN_CMD = "(setsid bash -c 'exec -a ai4ai_test_orphan_{port} sleep 600' >/dev/null 2>&1 &) ; "
 # A process of the agent writing a usage line to the CLI's own stdout (claude's result event,
 # codex's turn.completed): the harness must not believe it.
-FORGE_CMD = ("for fd in /proc/[0-9]*/fd/1; do printf '%s\\n' "
-             "'{\"type\":\"result\",\"subtype\":\"success\",\"total_cost_usd\":0.0001,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}' "
-             "'{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":1,\"cached_input_tokens\":0,\"output_tokens\":1}}' "
-             "> $fd 2>/dev/null; done; true")
+FORGE_CMD = (
+    "for fd in /proc/[0-9]*/fd/1; do printf '%s\\n' "
+    '\'{"type":"result","subtype":"success","total_cost_usd":0.0001,"usage":{"input_tokens":1,"output_tokens":1}}\' '
+    '\'{"type":"turn.completed","usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":1}}\' '
+    "> $fd 2>/dev/null; done; true"
+)
 
 
 def anthropic_usage(step: int, big: bool) -> dict:
     scale = 100 if big else 1
-    return {"input_tokens": (1000 + 10 * step) * scale, "cache_creation_input_tokens": 200 * scale,
-            "cache_read_input_tokens": 500 * scale, "output_tokens": 40 + step}
+    return {
+        "input_tokens": (1000 + 10 * step) * scale,
+        "cache_creation_input_tokens": 200 * scale,
+        "cache_read_input_tokens": 500 * scale,
+        "output_tokens": 40 + step,
+    }
 
 
 def openai_usage(step: int, big: bool) -> dict:
@@ -59,15 +68,20 @@ def openai_usage(step: int, big: bool) -> dict:
     cached = 500 * scale
     inp = (1500 + 10 * step) * scale
     out = 60 + step
-    return {"input_tokens": inp, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": out,
-            "output_tokens_details": {"reasoning_tokens": 20}, "total_tokens": inp + out}
+    return {
+        "input_tokens": inp,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": 20},
+        "total_tokens": inp + out,
+    }
 
 
 class FakeAPI:
     def __init__(self, mode: str, key: str, report: Path | None = None, port: int = 0):
         self.mode, self.key, self.report = mode, key, report
-        self.reported: list[dict] = []          # {"api", "model", "usage"} per answer that carried usage
-        self.requests: list[dict] = []          # {"path", "model", "tools", "step", "status"}
+        self.reported: list[dict] = []  # {"api", "model", "usage"} per answer that carried usage
+        self.requests: list[dict] = []  # {"path", "model", "tools", "step", "status"}
         self.bad_keys = 0
         self.sent_429 = False
         self.lock = threading.Lock()
@@ -75,6 +89,7 @@ class FakeAPI:
 
         class H(Handler):
             fake = api
+
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), H)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
@@ -102,6 +117,7 @@ class FakeAPI:
     def totals(self, prices: dict) -> tuple[dict, float]:
         """(tokens by kind, usd): what this API reported, in the gateway's terms, priced from `prices`."""
         from ai4ai.window.gateway import TOKEN_KEYS, cost_usd, normalize_usage, price_for
+
         tot, usd = dict.fromkeys(TOKEN_KEYS, 0), 0.0
         for r in self.reported:
             t = normalize_usage(r["usage"])
@@ -153,7 +169,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(pace_s)
         except OSError:
-            pass            # the client hung up mid-stream (a test of exactly that, or a run ended)
+            pass  # the client hung up mid-stream (a test of exactly that, or a run ended)
 
     def do_GET(self):
         self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "fake API: no such route"}})
@@ -195,16 +211,24 @@ class Handler(BaseHTTPRequestHandler):
             fake.sent_429 = fake.sent_429 or first
         if first:
             entry["status"] = 429
-            self._json(429, {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}},
-                       {"Retry-After": "1"})
+            self._json(
+                429,
+                {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}},
+                {"Retry-After": "1"},
+            )
         return first
 
     # ------------------------------------------------------------------ Anthropic Messages
     def _anthropic(self, req, entry, tools):
         fake = self.fake
         msgs = req.get("messages") or []
-        step = sum(1 for m in msgs if isinstance(m.get("content"), list)
-                   for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result")
+        step = sum(
+            1
+            for m in msgs
+            if isinstance(m.get("content"), list)
+            for b in m["content"]
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        )
         main = "Bash" in tools
         entry["step"] = step if main else None
         if main and self._maybe_429(entry):
@@ -216,8 +240,10 @@ class Handler(BaseHTTPRequestHandler):
         if cmd is not None:
             block = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:20], "name": "Bash", "input": {}}
             # Bash's own default timeout is 2 minutes; a proxy call on a loaded machine takes longer
-            delta = {"type": "input_json_delta",
-                     "partial_json": json.dumps({"command": cmd, "description": "step", "timeout": 600000})}
+            delta = {
+                "type": "input_json_delta",
+                "partial_json": json.dumps({"command": cmd, "description": "step", "timeout": 600000}),
+            }
             stop = "tool_use"
         else:
             block = {"type": "text", "text": ""}
@@ -230,21 +256,53 @@ class Handler(BaseHTTPRequestHandler):
                 content["input"] = json.loads(delta["partial_json"])
             else:
                 content["text"] = delta["text"]
-            return self._json(200, {"id": "msg_" + uuid.uuid4().hex[:20], "type": "message", "role": "assistant",
-                                    "model": model, "content": [content], "stop_reason": stop,
-                                    "stop_sequence": None, "usage": usage})
+            return self._json(
+                200,
+                {
+                    "id": "msg_" + uuid.uuid4().hex[:20],
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [content],
+                    "stop_reason": stop,
+                    "stop_sequence": None,
+                    "usage": usage,
+                },
+            )
         start_usage = dict(usage, output_tokens=1)
-        self._sse([
-            ("message_start", {"type": "message_start", "message": {
-                "id": "msg_" + uuid.uuid4().hex[:20], "type": "message", "role": "assistant", "model": model,
-                "content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage}}),
-            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
-            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
-            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                               "usage": {"output_tokens": usage["output_tokens"]}}),
-            ("message_stop", {"type": "message_stop"}),
-        ], fake.pace_for(step) if main else 0.01)
+        self._sse(
+            [
+                (
+                    "message_start",
+                    {
+                        "type": "message_start",
+                        "message": {
+                            "id": "msg_" + uuid.uuid4().hex[:20],
+                            "type": "message",
+                            "role": "assistant",
+                            "model": model,
+                            "content": [],
+                            "stop_reason": None,
+                            "stop_sequence": None,
+                            "usage": start_usage,
+                        },
+                    },
+                ),
+                ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
+                ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
+                ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                (
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": stop, "stop_sequence": None},
+                        "usage": {"output_tokens": usage["output_tokens"]},
+                    },
+                ),
+                ("message_stop", {"type": "message_stop"}),
+            ],
+            fake.pace_for(step) if main else 0.01,
+        )
 
     # ------------------------------------------------------------------ OpenAI Responses
     def _openai(self, req, entry, tools):
@@ -254,7 +312,9 @@ class Handler(BaseHTTPRequestHandler):
         step = sum(1 for it in items if it.get("type") == "function_call" and it.get("name") != "write_stdin")
         entry["step"] = step
         outputs = [it for it in items if it.get("type") in ("function_call_output", "custom_tool_call_output")]
-        running = re.search(r"Process running with session ID (\d+)", str(outputs[-1].get("output"))) if outputs else None
+        running = (
+            re.search(r"Process running with session ID (\d+)", str(outputs[-1].get("output"))) if outputs else None
+        )
         if self._maybe_429(entry):
             return
         entry["status"] = 200
@@ -265,10 +325,14 @@ class Handler(BaseHTTPRequestHandler):
         if running and "write_stdin" in tools:
             # codex's exec_command yields after at most 30 s with a session to poll (a proxy call
             # trains for longer): wait for it, as a model would
-            item = {"type": "function_call", "id": "fc_" + uuid.uuid4().hex[:20], "call_id": "call_" + uuid.uuid4().hex[:20],
-                    "name": "write_stdin", "arguments": json.dumps({"session_id": int(running.group(1)), "chars": "",
-                                                                    "yield_time_ms": 300000}),
-                    "status": "completed"}
+            item = {
+                "type": "function_call",
+                "id": "fc_" + uuid.uuid4().hex[:20],
+                "call_id": "call_" + uuid.uuid4().hex[:20],
+                "name": "write_stdin",
+                "arguments": json.dumps({"session_id": int(running.group(1)), "chars": "", "yield_time_ms": 300000}),
+                "status": "completed",
+            }
         elif cmd is not None:
             if "exec_command" in tools:
                 name, args = "exec_command", {"cmd": cmd, "yield_time_ms": 30000}
@@ -276,24 +340,47 @@ class Handler(BaseHTTPRequestHandler):
                 name, args = "shell_command", {"command": cmd}
             else:
                 name, args = "shell", {"command": ["bash", "-c", cmd]}
-            item = {"type": "function_call", "id": "fc_" + uuid.uuid4().hex[:20], "call_id": "call_" + uuid.uuid4().hex[:20],
-                    "name": name, "arguments": json.dumps(args), "status": "completed"}
+            item = {
+                "type": "function_call",
+                "id": "fc_" + uuid.uuid4().hex[:20],
+                "call_id": "call_" + uuid.uuid4().hex[:20],
+                "name": name,
+                "arguments": json.dumps(args),
+                "status": "completed",
+            }
         else:
-            item = {"type": "message", "id": "msg_" + uuid.uuid4().hex[:20], "role": "assistant", "status": "completed",
-                    "content": [{"type": "output_text", "text": "Done: the learning rate is changed and scored.",
-                                 "annotations": []}]}
+            item = {
+                "type": "message",
+                "id": "msg_" + uuid.uuid4().hex[:20],
+                "role": "assistant",
+                "status": "completed",
+                "content": [
+                    {"type": "output_text", "text": "Done: the learning rate is changed and scored.", "annotations": []}
+                ],
+            }
         fake.record("openai", model, usage)
-        done = {"id": rid, "object": "response", "status": "completed", "model": model, "output": [item],
-                "usage": usage}
+        done = {
+            "id": rid,
+            "object": "response",
+            "status": "completed",
+            "model": model,
+            "output": [item],
+            "usage": usage,
+        }
         if not req.get("stream"):
             return self._json(200, done)
-        self._sse([
-            ("response.created", {"type": "response.created", "response": dict(done, status="in_progress", output=[],
-                                                                               usage=None)}),
-            ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0, "item": item}),
-            ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
-            ("response.completed", {"type": "response.completed", "response": done}),
-        ], fake.pace_for(step))
+        self._sse(
+            [
+                (
+                    "response.created",
+                    {"type": "response.created", "response": dict(done, status="in_progress", output=[], usage=None)},
+                ),
+                ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0, "item": item}),
+                ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
+                ("response.completed", {"type": "response.completed", "response": done}),
+            ],
+            fake.pace_for(step),
+        )
 
 
 def main() -> int:

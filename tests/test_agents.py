@@ -1,6 +1,7 @@
 """Agent kinds: preflight, the sandbox an API-backed CLI gets (a dummy key, only the gateway
 reachable, stdout not trusted for cost), submission policies, trajectory summary. The real CLIs
 run in tests/agents/test_real_clis.py."""
+
 import json
 import sys
 import threading
@@ -32,8 +33,16 @@ def test_missing_cli_or_key_fails_before_anything(compose_cfg, tmp_path, monkeyp
         pipeline.run(cfg, tmp_path / "r2")
     assert "OPENAI_API_KEY" in capsys.readouterr().out
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    cfg = compose_cfg("config", ["task=optimizer", "scale=ci", "agent=codex", f"agent.executable={sys.executable}",
-                                 "agent.base_url=ftp://example.org"])
+    cfg = compose_cfg(
+        "config",
+        [
+            "task=optimizer",
+            "scale=ci",
+            "agent=codex",
+            f"agent.executable={sys.executable}",
+            "agent.base_url=ftp://example.org",
+        ],
+    )
     with pytest.raises(SystemExit):
         pipeline.run(cfg, tmp_path / "r3")
     assert "agent.base_url" in capsys.readouterr().out
@@ -48,6 +57,7 @@ def test_submission_policies():
     class Server:
         marked = _sub("marked")
         snapshots = [(0.2, _sub("p1")), (0.5, _sub("p2")), (None, _sub("broken")), (0.3, _sub("p3"))]
+
     final = _sub("final")
     assert choose_submission("final", final, Server())[0].patch == "final"
     assert choose_submission("marked", final, Server()) == (Server.marked, "marked")
@@ -56,6 +66,7 @@ def test_submission_policies():
     class Empty:
         marked = None
         snapshots = []
+
     assert choose_submission("marked", final, Empty())[1] == "final"
     assert choose_submission("best_proxy", final, Empty())[1] == "final"
     with pytest.raises(ValueError):
@@ -64,25 +75,29 @@ def test_submission_policies():
 
 def test_best_proxy_ranks_raw_metrics_where_a_task_has_no_validation_anchors():
     from ai4ai.core.trajectory import rank
-    assert rank(0.3, 0.9, "max") == 0.3                 # a score, when there is one
-    assert rank(None, None, "max") is None              # a call that produced nothing
-    assert rank(None, 0.81, "max") == 0.81              # reward_model: accuracy, higher is better
-    assert rank(None, 3.2, "min") == -3.2               # optimizer: perplexity, lower is better
-    assert rank(None, 3.2, None) is None                # no direction, no ranking of raw metrics
 
-    class Server:                                       # a run graded on a fresh instance
+    assert rank(0.3, 0.9, "max") == 0.3  # a score, when there is one
+    assert rank(None, None, "max") is None  # a call that produced nothing
+    assert rank(None, 0.81, "max") == 0.81  # reward_model: accuracy, higher is better
+    assert rank(None, 3.2, "min") == -3.2  # optimizer: perplexity, lower is better
+    assert rank(None, 3.2, None) is None  # no direction, no ranking of raw metrics
+
+    class Server:  # a run graded on a fresh instance
         marked = None
         snapshots = [(rank(None, x, "min"), _sub(t)) for x, t in ((3.0, "a"), (2.5, "b"), (None, "c"))]
+
     assert choose_submission("best_proxy", _sub("final"), Server())[0].patch == "b"
 
 
 def test_trajectory_summary(tmp_path):
     p = tmp_path / "trajectory.jsonl"
-    rows = [{"event": "proxy", "call": 1, "proxy_score": None, "status": "invalid"},
-            {"event": "proxy", "call": 2, "proxy_score": 0.2, "elapsed_s": 5},
-            {"event": "submit"},
-            {"event": "proxy", "call": 3, "proxy_score": 0.4, "elapsed_s": 9},
-            {"event": "proxy", "call": 4, "proxy_score": 0.3, "elapsed_s": 12}]
+    rows = [
+        {"event": "proxy", "call": 1, "proxy_score": None, "status": "invalid"},
+        {"event": "proxy", "call": 2, "proxy_score": 0.2, "elapsed_s": 5},
+        {"event": "submit"},
+        {"event": "proxy", "call": 3, "proxy_score": 0.4, "elapsed_s": 9},
+        {"event": "proxy", "call": 4, "proxy_score": 0.3, "elapsed_s": 12},
+    ]
     p.write_text("\n".join(json.dumps(r) for r in rows) + "\nnot json\n")
     t = trajectory_summary(p)
     assert t["proxy_calls"] == 4 and t["first_valid_proxy"]["call"] == 2
@@ -93,15 +108,17 @@ def test_trajectory_summary_of_a_task_graded_on_a_fresh_instance(tmp_path):
     """No validation anchors (optimizer, reward_model): the calls carry a raw metric and no score, and
     the summary ranks them by it in the task's direction instead of reporting no valid call."""
     p = tmp_path / "trajectory.jsonl"
-    rows = [{"event": "proxy", "call": 1, "proxy_metric": None, "proxy_score": None, "status": "invalid"},
-            {"event": "proxy", "call": 2, "proxy_metric": 9.4, "proxy_score": None},
-            {"event": "proxy", "call": 3, "proxy_metric": 9.1, "proxy_score": None},
-            {"event": "proxy", "call": 4, "proxy_metric": 9.2, "proxy_score": None}]
+    rows = [
+        {"event": "proxy", "call": 1, "proxy_metric": None, "proxy_score": None, "status": "invalid"},
+        {"event": "proxy", "call": 2, "proxy_metric": 9.4, "proxy_score": None},
+        {"event": "proxy", "call": 3, "proxy_metric": 9.1, "proxy_score": None},
+        {"event": "proxy", "call": 4, "proxy_metric": 9.2, "proxy_score": None},
+    ]
     p.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    t = trajectory_summary(p, "min")                    # perplexity: lower is better
+    t = trajectory_summary(p, "min")  # perplexity: lower is better
     assert t["first_valid_proxy"]["call"] == 2 and t["best_proxy"]["call"] == 3
     assert t["final_proxy"]["call"] == 4 and t["regressed_after_best"] is True
-    t = trajectory_summary(p, "max")                    # the same numbers as accuracies
+    t = trajectory_summary(p, "max")  # the same numbers as accuracies
     assert t["best_proxy"]["call"] == 2 and t["regressed_after_best"] is True
     assert trajectory_summary(p)["best_proxy"] is None  # no direction: nothing to rank by
 
@@ -137,7 +154,9 @@ import time; time.sleep(1.5)
 
 @pytest.mark.skipif(not bwrap_available(), reason="api_only needs the bwrap network namespace")
 @pytest.mark.parametrize("network", ["api_only", "open"])
-def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(tmp_path, monkeypatch, fake_api, network):
+def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(
+    tmp_path, monkeypatch, fake_api, network
+):
     """api_only: only the gateway is reachable. open (the escape hatch): the host network too, and
     the key and the cost record are the gateway's all the same."""
     api = fake_api("edit", KEY)
@@ -149,25 +168,48 @@ def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(t
     ws.mkdir()
     (home / "tmp").mkdir(parents=True)
     from ai4ai.window.proxy import client_bin
-    sb = Sandbox(backend="bwrap", mounts=[Mount("/workspace", ws, True), Mount("/home/agent", home, True),
-                                          Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False),
-                                          Mount("/opt/ai4ai/bin", client_bin(tmp_path), False),
-                                          Mount("/opt/probe", probe.parent, False)])
+
+    sb = Sandbox(
+        backend="bwrap",
+        mounts=[
+            Mount("/workspace", ws, True),
+            Mount("/home/agent", home, True),
+            Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False),
+            Mount("/opt/ai4ai/bin", client_bin(tmp_path), False),
+            Mount("/opt/probe", probe.parent, False),
+        ],
+    )
     sb.env = sb.base_env("/home/agent")
-    cfg = {"kind": "probe", "api_key_env": "ANTHROPIC_API_KEY", "base_url": api.base, "network": network,
-           "prices": {"default": {"input": 3.0, "cached_input": 0.3, "cache_write": 3.75, "output": 15.0}}}
-    ctx = AgentContext(workspace=ws, instructions="", window_s=60, sandbox=sb, log_path=tmp_path / "run" / "agent.log",
-                       config=cfg, pristine=ws)
-    wiring = Wiring(auth="x-api-key", default_base_url="https://api.anthropic.com",
-                    env=lambda url: {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": DUMMY_KEY},
-                    argv=lambda url: ["python", "/opt/probe/probe.py", str(api.port)])
+    cfg = {
+        "kind": "probe",
+        "api_key_env": "ANTHROPIC_API_KEY",
+        "base_url": api.base,
+        "network": network,
+        "prices": {"default": {"input": 3.0, "cached_input": 0.3, "cache_write": 3.75, "output": 15.0}},
+    }
+    ctx = AgentContext(
+        workspace=ws,
+        instructions="",
+        window_s=60,
+        sandbox=sb,
+        log_path=tmp_path / "run" / "agent.log",
+        config=cfg,
+        pristine=ws,
+    )
+    wiring = Wiring(
+        auth="x-api-key",
+        default_base_url="https://api.anthropic.com",
+        env=lambda url: {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": DUMMY_KEY},
+        argv=lambda url: ["python", "/opt/probe/probe.py", str(api.port)],
+    )
     host_cmdlines, done = [], threading.Event()
 
-    def watch():            # every command line on the host while the agent runs
+    def watch():  # every command line on the host while the agent runs
         while not done.is_set():
             for p in psutil.process_iter(["cmdline"]):
                 host_cmdlines.append(" ".join(p.info["cmdline"] or []))
             time.sleep(0.2)
+
     t = threading.Thread(target=watch, daemon=True)
     t.start()
     try:
@@ -200,6 +242,7 @@ def test_the_agent_is_told_where_its_proxy_has_no_scale():
     instructions say so and why, and a task with validation anchors' do not."""
     from ai4ai.core.task import load_task
     from ai4ai.window.instructions import render
+
     for name, fresh in (("optimizer", True), ("reward_model", True), ("sft", True), ("pruning", False)):
         text = render(load_task(name), "ci", 120, started=1_800_000_000)
         assert ("graded on a fresh instance of its source" in text) is fresh, name
@@ -212,6 +255,7 @@ def test_the_agent_knows_its_time(tmp_path, monkeypatch):
     from ai4ai.core.task import load_task
     from ai4ai.window.instructions import render
     from ai4ai.window.proxy import client_bin
+
     text = render(load_task("optimizer"), "ci", 120, started=1_800_000_000)
     assert "120 seconds" in text and "Unix time 1800000120" in text and "ai4ai-time" in text
     exe = client_bin(tmp_path) / "ai4ai-time"
@@ -222,6 +266,7 @@ def test_the_agent_knows_its_time(tmp_path, monkeypatch):
     assert out.returncode == 2 and "AI4AI_DEADLINE" in out.stderr
     # with the harness reachable, its count wins (the window grows by the proxy's waits for the device)
     import socket as so
+
     srv = so.socket(so.AF_UNIX)
     srv.bind(str(tmp_path / "p.sock"))
     srv.listen(1)
@@ -231,8 +276,13 @@ def test_the_agent_knows_its_time(tmp_path, monkeypatch):
         c.recv(100)
         c.sendall(b'{"ok": true, "seconds_left": 42.7, "proxy_calls": 0}\n')
         c.close()
+
     threading.Thread(target=answer, daemon=True).start()
-    out = subprocess.run([sys.executable, str(exe)], env=dict(env, AI4AI_PROXY_SOCKET=str(tmp_path / "p.sock")),
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, str(exe)],
+        env=dict(env, AI4AI_PROXY_SOCKET=str(tmp_path / "p.sock")),
+        capture_output=True,
+        text=True,
+    )
     srv.close()
     assert out.returncode == 0 and out.stdout.strip() == "42"

@@ -1,6 +1,7 @@
 """anchors.store: under concurrent writers (calibrations of different scales or device classes for one
 task may finish at the same moment, and none of their records may be lost), and the records that stay
 current (a store removes the records, detail files and registry entries no current version can use)."""
+
 import json
 import multiprocessing
 
@@ -16,8 +17,13 @@ WRITERS, ROUNDS = 4, 15
 
 def _key(writer: int, round_: int, version: str = "v1") -> dict:
     """Records of one task version (what a store keeps), on a device class per writer and round."""
-    return {"task": "optimizer", "scale": "ci", "task_version": version,
-            "device_class": f"cpu:test {round_:03d}:{writer}", "torch": "2.13"}
+    return {
+        "task": "optimizer",
+        "scale": "ci",
+        "task_version": version,
+        "device_class": f"cpu:test {round_:03d}:{writer}",
+        "torch": "2.13",
+    }
 
 
 def _writer(grader_dir, writer, start):
@@ -41,7 +47,9 @@ def test_concurrent_writers_lose_no_record(tmp_path):
     exits = [p.exitcode for p in procs]
     # two writers inside the lock at once show as lost records, or as one writer's temp file
     # renamed away under the other (a crash)
-    assert (len(expected - stored), exits) == (0, [0] * WRITERS), f"{len(expected - stored)} of {len(expected)} records lost"
+    assert (len(expected - stored), exits) == (0, [0] * WRITERS), (
+        f"{len(expected - stored)} of {len(expected)} records lost"
+    )
     assert stored == expected
 
 
@@ -57,17 +65,25 @@ def test_another_class_record_of_the_same_cpu_model_comes_first(tmp_path):
     CPU model (another instruction set, or a label from before it was part of the class) is used
     at ci/smoke, not another model's, wherever the files list them."""
     from ai4ai.grading.context import Key
+
     base = {"task": "optimizer", "scale": "smoke", "task_version": "v1", "torch": "2.13"}
     for cls, baseline in (("cpu:AMD EPYC:1", 0.61), ("cpu:Intel(R) Xeon(R) Processor:1", 0.62), ("cpu:Zeta:1", 0.63)):
-        anchors.store(tmp_path, {"key": {**base, "device_class": cls}, "anchors": {"no_info": 0.0, "baseline": baseline, "best": 1.0},
-                                 "phi_std": 0.01, "train_wall_s": {"max": 1.0}})
+        anchors.store(
+            tmp_path,
+            {
+                "key": {**base, "device_class": cls},
+                "anchors": {"no_info": 0.0, "baseline": baseline, "best": 1.0},
+                "phi_std": 0.01,
+                "train_wall_s": {"max": 1.0},
+            },
+        )
     rec = anchors.find(tmp_path, Key(**base, device_class="cpu:AMD EPYC:AVX512:1"))
     assert rec.match == "metered-cpu" and rec.key.device_class == "cpu:AMD EPYC:1" and rec.anchors.baseline == 0.61
     other = anchors.find(tmp_path, Key(**base, device_class="cpu:Other:AVX2:1"))
     assert other.match == "metered-cpu"
     intel = anchors.find(tmp_path, Key(**base, device_class="cpu:Intel(R) Xeon(R) Processor:AVX512:1"))
     assert intel.key.device_class == "cpu:Intel(R) Xeon(R) Processor:1" and intel.anchors.baseline == 0.62
-    assert anchors.find(tmp_path, Key(**base, device_class="cpu:AMD EPYC:AVX512:2")) is None     # threads differ
+    assert anchors.find(tmp_path, Key(**base, device_class="cpu:AMD EPYC:AVX512:2")) is None  # threads differ
 
 
 # --------------------------------------------------------------------------- records that stay current
@@ -78,8 +94,11 @@ ANCHORS = {"no_info": 0.0, "baseline": 0.5, "best": 1.0}
 def _rec(task="optimizer", scale="ci", version="v1", device="cpu:A:1", torch="2.13", base=None, at="t0", host="h"):
     """A record; `base`: a brought model's, carrying the version of its task without the model."""
     prov = {"calibrated_at": at, "host": host, **({"base_version": base} if base else {})}
-    return {"key": {"task": task, "scale": scale, "task_version": version, "device_class": device, "torch": torch},
-            "anchors": ANCHORS, "provenance": prov}
+    return {
+        "key": {"task": task, "scale": scale, "task_version": version, "device_class": device, "torch": torch},
+        "anchors": ANCHORS,
+        "provenance": prov,
+    }
 
 
 def _seed(grader, recs, details=()):
@@ -98,27 +117,35 @@ def _keys(grader) -> list:
 
 def test_a_store_removes_the_stale_records_of_its_task_and_scale_and_leaves_the_rest(tmp_path):
     g = tmp_path / "g"
-    recs = [_rec(version="v0", device="cpu:A:1", at="t1"),                 # 0 stale: same task, scale
-            _rec(version="v0", device="cuda:H100", torch="2.11", at="t2"),  # 1 stale: another class and torch
-            _rec(version="v1", device="cpu:B:1", at="t3"),                 # 2 current, another class
-            _rec(scale="smoke", version="v0", at="t4"),                    # 3 another scale: left
-            _rec(task="pruning", version="v0", at="t5"),                   # 4 another task in the file: left
-            _rec(version="m1", base="v1", at="t6"),                        # 5 a brought model on the current base
-            _rec(version="m0", base="v0", at="t7"),                        # 6 a brought model on a stale base
-            _rec(version="v-1", device="cpu:C:1", at="t8")]                # 7 stale, its record re-keyed since:
-    rekeyed = _rec(version="v1", device="cpu:C:1", at="t8")                # 8 (the same calibration)
+    recs = [
+        _rec(version="v0", device="cpu:A:1", at="t1"),  # 0 stale: same task, scale
+        _rec(version="v0", device="cuda:H100", torch="2.11", at="t2"),  # 1 stale: another class and torch
+        _rec(version="v1", device="cpu:B:1", at="t3"),  # 2 current, another class
+        _rec(scale="smoke", version="v0", at="t4"),  # 3 another scale: left
+        _rec(task="pruning", version="v0", at="t5"),  # 4 another task in the file: left
+        _rec(version="m1", base="v1", at="t6"),  # 5 a brought model on the current base
+        _rec(version="m0", base="v0", at="t7"),  # 6 a brought model on a stale base
+        _rec(version="v-1", device="cpu:C:1", at="t8"),
+    ]  # 7 stale, its record re-keyed since:
+    rekeyed = _rec(version="v1", device="cpu:C:1", at="t8")  # 8 (the same calibration)
     _seed(g, recs + [rekeyed], details=range(9))
     stray = g / "calibration" / "notes.json"
-    stray.write_text("[1, 2]")                                             # no detail file: left
+    stray.write_text("[1, 2]")  # no detail file: left
     new = _rec(version="v1", device="cpu:A:1", at="t9")
     anchors.store(g, new, detail={"per_seed": [1]})
     kept = _keys(g)
-    assert kept == [r["key"] for r in sorted([recs[i] for i in (2, 3, 4, 5)] + [rekeyed, new],
-                                             key=lambda r: (r["key"]["scale"], r["key"]["device_class"],
-                                                            r["key"]["task_version"]))]
+    assert kept == [
+        r["key"]
+        for r in sorted(
+            [recs[i] for i in (2, 3, 4, 5)] + [rekeyed, new],
+            key=lambda r: (r["key"]["scale"], r["key"]["device_class"], r["key"]["task_version"]),
+        )
+    ]
     files = sorted(f.name for f in (g / "calibration").iterdir())
-    want = sorted([anchors.detail_path(g, recs[i]["key"]).name for i in (2, 3, 4, 5, 7)]
-                  + [anchors.detail_path(g, rekeyed["key"]).name, anchors.detail_path(g, new["key"]).name, "notes.json"])
+    want = sorted(
+        [anchors.detail_path(g, recs[i]["key"]).name for i in (2, 3, 4, 5, 7)]
+        + [anchors.detail_path(g, rekeyed["key"]).name, anchors.detail_path(g, new["key"]).name, "notes.json"]
+    )
     assert files == want
     assert json.loads(anchors.detail_path(g, new["key"]).read_text())["per_seed"] == [1]
 
@@ -127,8 +154,14 @@ def test_a_brought_models_record_defines_the_current_base_too(tmp_path):
     """Storing a brought model's record (base v2) removes the repo's own records of v1 and another model's
     record on base v1, and keeps another model's record on base v2."""
     g = tmp_path / "g"
-    _seed(g, [_rec(version="v1"), _rec(version="mA", base="v1", device="cpu:B:1"),
-              _rec(version="mB", base="v2", device="cpu:C:1")])
+    _seed(
+        g,
+        [
+            _rec(version="v1"),
+            _rec(version="mA", base="v1", device="cpu:B:1"),
+            _rec(version="mB", base="v2", device="cpu:C:1"),
+        ],
+    )
     anchors.store(g, _rec(version="mC", base="v2"))
     assert sorted(k["task_version"] for k in _keys(g)) == ["mB", "mC"]
 
@@ -144,7 +177,7 @@ def test_store_without_pruning_and_a_record_of_an_unknown_model(tmp_path):
     (g / models.REGISTRY).write_text(yaml.safe_dump({"models": [{"task_version": "x", "frozen_repo": "f"}]}))
     anchors.store(g, _rec(version="v1", device="cpu:D:1"))
     assert len(_keys(g)) == 4 and len(models.entries(g)) == 1
-    res = anchors.prune(g, "optimizer", {"ci": "v1"}, frozen="another repo")      # the tool knows the repo
+    res = anchors.prune(g, "optimizer", {"ci": "v1"}, frozen="another repo")  # the tool knows the repo
     assert res.models == [{"task_version": "x", "frozen_repo": "f"}]
     assert sorted(k["task_version"] for k in _keys(g)) == ["v1", "v1"] and models.entries(g) == []
 
@@ -152,21 +185,30 @@ def test_store_without_pruning_and_a_record_of_an_unknown_model(tmp_path):
 def test_a_store_prunes_the_registry_entries_it_shows_stale(tmp_path):
     g = tmp_path / "g"
     _seed(g, [])
-    entries = [{"task_version": "a", "base_version": "w0", "base_versions": {"ci": "v0", "smoke": "s0"}},
-               {"task_version": "b", "base_version": "w1", "base_versions": {"ci": "v1", "smoke": "s0"}},
-               {"task_version": "c", "frozen_repo": "f"}]
+    entries = [
+        {"task_version": "a", "base_version": "w0", "base_versions": {"ci": "v0", "smoke": "s0"}},
+        {"task_version": "b", "base_version": "w1", "base_versions": {"ci": "v1", "smoke": "s0"}},
+        {"task_version": "c", "frozen_repo": "f"},
+    ]
     (g / models.REGISTRY).write_text(yaml.safe_dump({"models": entries}))
     anchors.store(g, _rec(version="v1"))
     assert [e["task_version"] for e in models.entries(g)] == ["b", "c"]
     # the tool, which knows the scale-less version and the repo: only what is current for it stays
     res = anchors.prune(g, "optimizer", {"ci": "v1", "smoke": "s1"}, whole="w2", frozen="f", dry_run=True)
-    assert [e["task_version"] for e in res.models] == ["b"] and len(models.entries(g)) == 2    # dry: kept
+    assert [e["task_version"] for e in res.models] == ["b"] and len(models.entries(g)) == 2  # dry: kept
 
 
 def test_prune_drops_a_scale_the_task_no_longer_has_and_dry_run_changes_nothing(tmp_path):
     g = tmp_path / "g"
-    _seed(g, [_rec(scale="tiny", version="t0", at="t1"), _rec(version="v1", at="t2"),
-              _rec(version="v0", device="cpu:B:1", at="t3")], details=[0, 1, 2])
+    _seed(
+        g,
+        [
+            _rec(scale="tiny", version="t0", at="t1"),
+            _rec(version="v1", at="t2"),
+            _rec(version="v0", device="cpu:B:1", at="t3"),
+        ],
+        details=[0, 1, 2],
+    )
     before = {p: p.read_bytes() for p in g.rglob("*") if p.is_file()}
     res = anchors.prune(g, "optimizer", {"ci": "v1", "tiny": None}, dry_run=True)
     assert sorted(k["task_version"] for k in res.records) == ["t0", "v0"] and len(res.details) == 2
@@ -205,10 +247,14 @@ def test_concurrent_stores_prune_inside_the_lock(tmp_path):
     assert stored == {tuple(_key(w, r, "v2").values()) for w in range(WRITERS) for r in range(ROUNDS)}
 
 
-RECORDS = st.builds(lambda task, scale, version, device, base: _rec(task, scale, version, device, base=base),
-                    st.sampled_from(["optimizer", "pruning"]), st.sampled_from(["ci", "smoke", "full"]),
-                    st.sampled_from(["v0", "v1", "v2", "m0", "m1"]), st.sampled_from(["cpu:A:1", "cpu:B:2", "cuda:X"]),
-                    st.sampled_from([None, None, "v0", "v1", "v2"]))
+RECORDS = st.builds(
+    lambda task, scale, version, device, base: _rec(task, scale, version, device, base=base),
+    st.sampled_from(["optimizer", "pruning"]),
+    st.sampled_from(["ci", "smoke", "full"]),
+    st.sampled_from(["v0", "v1", "v2", "m0", "m1"]),
+    st.sampled_from(["cpu:A:1", "cpu:B:2", "cuda:X"]),
+    st.sampled_from([None, None, "v0", "v1", "v2"]),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -220,10 +266,10 @@ def test_after_a_store_every_record_is_current_or_of_another_scale_or_task(tmp_p
     key, task, scale, now = new["key"], new["key"]["task"], new["key"]["scale"], anchors.record_base(new)
     after = anchors._records(anchors.anchors_path(g))
     assert new in after
-    for r in after:            # nothing of the new record's task and scale with another base version stays
+    for r in after:  # nothing of the new record's task and scale with another base version stays
         k = r["key"]
         assert k["task"] != task or k["scale"] != scale or anchors.record_base(r) == now, r
-    for r in existing:         # no current record was lost (but one of the new record's key, replaced)
+    for r in existing:  # no current record was lost (but one of the new record's key, replaced)
         k = r["key"]
         if k != key and (k["task"] != task or k["scale"] != scale or anchors.record_base(r) == now):
             assert r in after, r

@@ -6,6 +6,7 @@ that model at ci (prepare, 5 calibration seeds of the shipped algorithm, the 0 a
 grade the shipped algorithm on the grader seed, exactly as `python -m ai4ai.grade` does (context.task_from_cfg
 calls ai4ai.repo.models.with_model; `hooked` shrinks the task first).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,17 +36,19 @@ SHRUNK = {"selection": 128, "test": 512, "validation": 128}
 # unlearning's splits are whole fact sets (the forget set is scored whole in each), not sizes: here a part of each
 SHRUNK_FACTS = {"unlearning": {"forget": 1000, "retain": 500, "text": 128}}
 # ... and of the prepare steps that train (old line -> new line of the repo's prepare.py, or of the file named first)
-SHRUNK_PREPARE = {"dpo": ("OWN_STEPS, OWN_LR = 1000, 3e-4", "OWN_STEPS, OWN_LR = 800, 3e-3"),
-                  # the tiny random models learn the source in one pass only at the repo's own peak
-                  "pruning": ("OWN_STEPS, OWN_LR = 500, 3e-4", "OWN_STEPS, OWN_LR = 500, 3e-3"),
-                  # memorising: 400 steps (~1.5 min on one thread) teach the tiny llama ~10% of the 12,000
-                  # facts at this peak, the tiny gpt2 (untied, no dropout: own_models.save_model) ~19%
-                  # (20,000 steps are for a real model on a GPU)
-                  "unlearning": ("config.py",
-                                 "OWN_PREPARE = Prepare(steps=20_000, fact_batch=256, text_batch=64, lr=3e-4, "
-                                 "negative_batch=128)",
-                                 "OWN_PREPARE = Prepare(steps=400, fact_batch=256, text_batch=16, lr=1e-2, "
-                                 "negative_batch=32)")}
+SHRUNK_PREPARE = {
+    "dpo": ("OWN_STEPS, OWN_LR = 1000, 3e-4", "OWN_STEPS, OWN_LR = 800, 3e-3"),
+    # the tiny random models learn the source in one pass only at the repo's own peak
+    "pruning": ("OWN_STEPS, OWN_LR = 500, 3e-4", "OWN_STEPS, OWN_LR = 500, 3e-3"),
+    # memorising: 400 steps (~1.5 min on one thread) teach the tiny llama ~10% of the 12,000
+    # facts at this peak, the tiny gpt2 (untied, no dropout: own_models.save_model) ~19%
+    # (20,000 steps are for a real model on a GPU)
+    "unlearning": (
+        "config.py",
+        "OWN_PREPARE = Prepare(steps=20_000, fact_batch=256, text_batch=64, lr=3e-4, negative_batch=128)",
+        "OWN_PREPARE = Prepare(steps=400, fact_batch=256, text_batch=16, lr=1e-2, negative_batch=32)",
+    ),
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +58,19 @@ def saved(tmp_path_factory):
     root = tmp_path_factory.mktemp("own_models")
     out = {arch: save_model(root / arch, arch) for arch in ("llama", "gpt2")}
     for n in sorted(set(BIG_VOCAB.values())):
-        out.update({f"{arch}_{n}": save_model(root / f"{arch}_{n}", arch, vocab_size=n, memorising=True)
-                    for arch in ("llama", "gpt2")})
+        out.update(
+            {
+                f"{arch}_{n}": save_model(root / f"{arch}_{n}", arch, vocab_size=n, memorising=True)
+                for arch in ("llama", "gpt2")
+            }
+        )
     out["digits"] = save_model(root / "digits", "llama", tokenizer="digits")
     out["no_tokenizer"] = root / "no_tokenizer"
-    shutil.copytree(out["gpt2"], out["no_tokenizer"],
-                    ignore=shutil.ignore_patterns("tokenizer*", "special_tokens_map.json", "vocab.json", "merges.txt"))
+    shutil.copytree(
+        out["gpt2"],
+        out["no_tokenizer"],
+        ignore=shutil.ignore_patterns("tokenizer*", "special_tokens_map.json", "vocab.json", "merges.txt"),
+    )
     return out
 
 
@@ -77,13 +87,18 @@ def hooked(monkeypatch, tmp_path):
     def adjust(task):
         if task.name not in made:
             grader, repo = tmp_path / "grader" / task.name, task.repo
-            shutil.copytree(task.grader, grader,
-                            ignore=shutil.ignore_patterns("anchors.yaml", "calibration", "models.yaml", "__pycache__"))
+            shutil.copytree(
+                task.grader,
+                grader,
+                ignore=shutil.ignore_patterns("anchors.yaml", "calibration", "models.yaml", "__pycache__"),
+            )
             with open(grader / "grader.py", "a") as f:
                 f.write(f"\nSPLITS = {{k: min(n, {SHRUNK}.get(k, n)) for k, n in SPLITS.items()}}\n")
                 if task.name in SHRUNK_FACTS:
-                    f.write(f"_whole_split = split\n\n\ndef split(name, cfg=None):\n    s = _whole_split(name, cfg)\n"
-                            f"    return {{**s, **{{k: s[k][:n] for k, n in {SHRUNK_FACTS[task.name]}.items()}}}}\n")
+                    f.write(
+                        f"_whole_split = split\n\n\ndef split(name, cfg=None):\n    s = _whole_split(name, cfg)\n"
+                        f"    return {{**s, **{{k: s[k][:n] for k, n in {SHRUNK_FACTS[task.name]}.items()}}}}\n"
+                    )
             if task.name in SHRUNK_PREPARE:
                 repo = tmp_path / "repo" / task.name
                 shutil.copytree(task.repo, repo, ignore=shutil.ignore_patterns("__pycache__"))
@@ -117,7 +132,7 @@ def test_graded_run_on_a_saved_model(task_name, arch, saved, hooked, compose_cfg
     r = _graded_run(compose_cfg, tmp_path, task_name, saved[arch])
     assert r["status"] == "graded", r["reason"]
     seed = r["checkpoints"]["per_seed"][0]
-    n_ckpts = 1 if task_name == "pruning" else 3        # pruning's shipped run saves one checkpoint
+    n_ckpts = 1 if task_name == "pruning" else 3  # pruning's shipped run saves one checkpoint
     assert len(seed["candidates"]) == n_ckpts and all(c["valid"] for c in seed["candidates"]), seed["candidates"]
     # anchors were calibrated for this model: keyed by a task version that folds in its content
     own = models.with_model(hooked(replace(load_task(task_name), model_path=str(saved[arch]))))
@@ -127,7 +142,7 @@ def test_graded_run_on_a_saved_model(task_name, arch, saved, hooked, compose_cfg
     records = yaml.safe_load((own.grader / "anchors.yaml").read_text())["records"]
     assert [x["key"]["task_version"] for x in records] == [key["task_version"]]
     assert records[0]["anchors"]["baseline"] == pytest.approx(r["anchors"]["baseline"])
-    assert records[0]["host_probe"]["cpu_s"] > 0        # this host's probe figure, beside its CPU time
+    assert records[0]["host_probe"]["cpu_s"] > 0  # this host's probe figure, beside its CPU time
     # the derived repo trains that model: its architecture, its size, its tokenizer's ids
     meta = json.loads((own.repo / "byom" / "model" / "config.json").read_text())
     assert meta["architectures"] == [{"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel"}[arch]]
@@ -143,13 +158,17 @@ def test_graded_run_on_a_saved_model(task_name, arch, saved, hooked, compose_cfg
 
 
 @pytest.mark.parametrize("task_name", DONE)
-@pytest.mark.parametrize("case, says", [
-    ("missing", "no such folder; expected a Hugging Face model folder"),
-    ("no_tokenizer", "no tokenizer in the folder"),
-    ("digits", "its vocabulary cannot encode the task's characters"),
-])
-def test_bad_model_folder_is_one_line_before_anything_starts(task_name, case, says, saved, hooked, compose_cfg,
-                                                             tmp_path, capsys):
+@pytest.mark.parametrize(
+    "case, says",
+    [
+        ("missing", "no such folder; expected a Hugging Face model folder"),
+        ("no_tokenizer", "no tokenizer in the folder"),
+        ("digits", "its vocabulary cannot encode the task's characters"),
+    ],
+)
+def test_bad_model_folder_is_one_line_before_anything_starts(
+    task_name, case, says, saved, hooked, compose_cfg, tmp_path, capsys
+):
     path = saved.get(case, tmp_path / "no_such_model")
     cfg = compose_cfg("grade", [f"task={task_name}", "scale=ci", f"task.model_path={path}"])
     with pytest.raises(SystemExit) as e:
@@ -157,7 +176,7 @@ def test_bad_model_folder_is_one_line_before_anything_starts(task_name, case, sa
     assert e.value.code == 2
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith(f"ai4ai: task.model_path={path}: ") and says in out[0], out
-    assert not (tmp_path / "run").exists() and not models.CACHE_ROOT.exists()    # nothing started
+    assert not (tmp_path / "run").exists() and not models.CACHE_ROOT.exists()  # nothing started
 
 
 def test_default_path_is_untouched():
@@ -174,7 +193,7 @@ def test_task_version_folds_in_the_model_content(saved, tmp_path):
     assert len({task_version(t), task_version(a), task_version(b)}) == 3
     moved = tmp_path / "moved"
     shutil.copytree(saved["llama"], moved)
-    assert task_version(replace(t, model_path=str(moved))) == task_version(a)    # content, not path
+    assert task_version(replace(t, model_path=str(moved))) == task_version(a)  # content, not path
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
@@ -183,6 +202,7 @@ def test_task_text_is_encoded_with_the_models_tokenizer(arch, saved):
     model's own tokenizer to the text the repo's character vocabulary reads."""
     import numpy as np
     from transformers import AutoTokenizer
+
     task = replace(load_task("sft"), model_path=str(saved[arch]))
     info = models.check_model_path(task)
     tok = AutoTokenizer.from_pretrained(saved[arch], local_files_only=True)
@@ -220,6 +240,7 @@ def test_unlearning_symbols_take_tokens_of_their_own(arch, saved):
     no character's; the fact files map through it to 2,157 distinct ids."""
     import numpy as np
     from transformers import AutoTokenizer
+
     path = saved[f"{arch}_{BIG_VOCAB['unlearning']}"]
     task = replace(load_task("unlearning"), model_path=str(path))
     info = models.check_model_path(task)
@@ -234,7 +255,9 @@ def test_unlearning_symbols_take_tokens_of_their_own(arch, saved):
     assert ids[28:] == free[:2129] and not special & set(ids)
     facts = np.load(task.repo / "data" / "forget.npy").astype(np.int64)
     mapped = np.array(ids)[facts]
-    assert mapped.max() < info.vocab_size and (mapped[:, 0] == tok("\n", add_special_tokens=False)["input_ids"][0]).all()
+    assert (
+        mapped.max() < info.vocab_size and (mapped[:, 0] == tok("\n", add_special_tokens=False)["input_ids"][0]).all()
+    )
 
 
 def test_tasks_without_own_models_refuse_model_path(saved, hooked, compose_cfg, tmp_path, capsys):
@@ -245,26 +268,39 @@ def test_tasks_without_own_models_refuse_model_path(saved, hooked, compose_cfg, 
     assert e.value.code == 2
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith(f"ai4ai: task.model_path={saved['llama']}: "), out
-    assert "task optimizer does not take task.model_path; tasks that do: sft, dpo, reward_model, distillation, " \
-           "pruning, unlearning" in out[0], out
+    assert (
+        "task optimizer does not take task.model_path; tasks that do: sft, dpo, reward_model, distillation, "
+        "pruning, unlearning" in out[0]
+    ), out
     assert not (tmp_path / "run").exists() and not models.CACHE_ROOT.exists()
 
 
 # --------------------------------------------------------------------------- audits of a brought-model run
 
+
 def _recorded_run(tmp_path: Path, model: Path, task_name: str = "sft") -> Path:
     """A run folder whose result.json says it trained `model` (what an audit reads before anything)."""
     run = tmp_path / "run"
     run.mkdir()
-    (run / "result.json").write_text(json.dumps({
-        "task": task_name, "scale": "ci", "agent": "baseline", "status": "graded", "score": 0.1,
-        "provenance": {"model": {"path": str(model), "sha256": model_sha256(model), "n_params": 1,
-                                 "vocab_size": 320}}}))
+    (run / "result.json").write_text(
+        json.dumps(
+            {
+                "task": task_name,
+                "scale": "ci",
+                "agent": "baseline",
+                "status": "graded",
+                "score": 0.1,
+                "provenance": {
+                    "model": {"path": str(model), "sha256": model_sha256(model), "n_params": 1, "vocab_size": 320}
+                },
+            }
+        )
+    )
     return run
 
 
 def _one_line_exit_2(fn, capsys) -> str:
-    capsys.readouterr()                 # what came before (a graded run's lines) is not this call's
+    capsys.readouterr()  # what came before (a graded run's lines) is not this call's
     with pytest.raises(SystemExit) as e:
         fn()
     assert e.value.code == 2
@@ -283,7 +319,7 @@ def test_audit_config_carries_the_recorded_model(saved, tmp_path):
     shutil.copytree(copy, moved)
     assert auditing.audit_cfg(result, model_path=moved).task.model_path == str(moved.resolve())
     own = {"task": "sft", "scale": "ci", "provenance": {"model": None}}
-    assert auditing.audit_cfg(own).task.model_path is None          # the repo's own model, as before
+    assert auditing.audit_cfg(own).task.model_path is None  # the repo's own model, as before
 
 
 @pytest.mark.parametrize("case", ["gone", "changed", "not_brought"])
@@ -297,34 +333,47 @@ def test_audit_refuses_a_model_that_is_gone_or_changed(case, saved, tmp_path, ca
     elif case == "changed":
         with open(copy / "config.json", "a") as f:
             f.write("\n")
-    else:       # model_path= given for a run that trained the repo's own model
+    else:  # model_path= given for a run that trained the repo's own model
         r = json.loads((run / "result.json").read_text())
         r["provenance"]["model"] = None
         (run / "result.json").write_text(json.dumps(r))
         kw = {"model_path": saved["gpt2"]}
     line = _one_line_exit_2(lambda: auditing.audit_run(run, regrade=False, **kw), capsys)
-    says = {"gone": f"{copy} is gone (no such folder)", "changed": f"the content of {copy} has changed since",
-            "not_brought": "trained the repo's own model"}[case]
+    says = {
+        "gone": f"{copy} is gone (no such folder)",
+        "changed": f"the content of {copy} has changed since",
+        "not_brought": "trained the repo's own model",
+    }[case]
     assert says in line, line
     if case != "not_brought":
         assert "model_path=FOLDER" in line and f"task.model_path={copy}" in line, line
-    assert not (run / "audits").exists()                           # nothing started
+    assert not (run / "audits").exists()  # nothing started
 
 
 def test_audit_command_and_database_rows_for_a_gone_model(saved, tmp_path, monkeypatch):
     import subprocess
 
     from ai4ai.analysis.runs import Run
+
     copy = tmp_path / "models" / "llama"
     shutil.copytree(saved["llama"], copy)
     run = _recorded_run(tmp_path, copy)
     shutil.rmtree(copy)
-    p = subprocess.run(["python", "-m", "ai4ai.audit", f"run={run}", f"outputs={tmp_path}"], capture_output=True,
-                       text=True, timeout=300, cwd=PROJECT_ROOT)
+    p = subprocess.run(
+        ["python", "-m", "ai4ai.audit", f"run={run}", f"outputs={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
+    )
     assert p.returncode == 2, p.stdout + p.stderr
-    assert p.stdout.strip().startswith("ai4ai: the audited run trained your own model") and \
-        len(p.stdout.strip().splitlines()) == 1, p.stdout
-    monkeypatch.setattr(auditing, "load_runs", lambda db: ([Run(run, json.loads((run / "result.json").read_text()))], 0))
+    assert (
+        p.stdout.strip().startswith("ai4ai: the audited run trained your own model")
+        and len(p.stdout.strip().splitlines()) == 1
+    ), p.stdout
+    monkeypatch.setattr(
+        auditing, "load_runs", lambda db: ([Run(run, json.loads((run / "result.json").read_text()))], 0)
+    )
     rows = auditing.audit_db(tmp_path / "db.sqlite", regrade=False)
     assert rows[0]["agrees"] is False and rows[0]["drift"] == ["model gone or changed"]
     assert "is gone" in rows[0]["reason"]
@@ -338,6 +387,7 @@ def test_audit_regrades_a_brought_model_run_on_that_model(task_name, saved, hook
     derived repo, same content hash) it agrees; once the model moved, the audit stops with one line, and
     model_path= pointing at the moved copy audits again."""
     from safetensors import safe_open
+
     model = tmp_path / "models" / "llama"
     shutil.copytree(saved[f"llama_{BIG_VOCAB[task_name]}" if task_name in BIG_VOCAB else "llama"], model)
     result = _graded_run(compose_cfg, tmp_path, task_name, model)
@@ -351,11 +401,11 @@ def test_audit_regrades_a_brought_model_run_on_that_model(task_name, saved, hook
     assert g["status"] == "graded" and rep["agrees"] is True, (g["score"], result["score"], g["tolerance"])
     drift = {d["what"]: d for d in rep["drift"]}
     assert drift["model"]["changed"] is False and drift["model"]["recorded"] == model_sha256(model)
-    assert drift["frozen repo"]["changed"] is False            # the same derived repo: the model's
+    assert drift["frozen repo"]["changed"] is False  # the same derived repo: the model's
     seed_dir = Path(rep["audit_dir"]) / "grade" / f"seed_{result['seeds'][0]}"
     log = (seed_dir / "train.log").read_text()
     ckpt = next((seed_dir / "checkpoints").glob("ckpt_*.safetensors"))
-    with safe_open(str(ckpt), framework="pt") as f:         # the re-grade trained (pruned, unlearned) the llama
+    with safe_open(str(ckpt), framework="pt") as f:  # the re-grade trained (pruned, unlearned) the llama
         assert any(k.startswith("lm.model.layers.") for k in f.keys())
     assert "AGREES" in auditing.summary(rep)
     moved = tmp_path / "moved" / "llama"
@@ -367,20 +417,30 @@ def test_audit_regrades_a_brought_model_run_on_that_model(task_name, saved, hook
     assert log
 
 
-@pytest.mark.parametrize("task_name, keeps", [("sft", False), ("pruning", False), ("unlearning", False),
-                                               ("dpo", False), ("reward_model", False), ("distillation", True)])
+@pytest.mark.parametrize(
+    "task_name, keeps",
+    [
+        ("sft", False),
+        ("pruning", False),
+        ("unlearning", False),
+        ("dpo", False),
+        ("reward_model", False),
+        ("distillation", True),
+    ],
+)
 def test_the_repos_own_prepared_model_is_not_asked_for_on_yours(task_name, keeps, saved, monkeypatch, tmp_path):
     """At full, `python -m ai4ai.prepare task.model_path=PATH` runs the repo's artifacts step only where its
     output is still used beside your model (distillation's teacher): for the others it would make the very
     model yours replaces, which training on yours never loads."""
     from ai4ai.repo.preparing import needs_artifacts
+
     task = load_task(task_name)
     assert needs_artifacts(task, "full")
     repo = tmp_path / f"{task_name}-derived" / "repo"
     repo.mkdir(parents=True)
     (repo.parent / "n_params").write_text("1000")
     monkeypatch.setattr(models, "CACHE_ROOT", tmp_path)
-    monkeypatch.setattr(models, "_derive", lambda t, info: repo)      # the derived repo's making is tested above
+    monkeypatch.setattr(models, "_derive", lambda t, info: repo)  # the derived repo's making is tested above
     monkeypatch.setattr(models, "register", lambda *a, **k: None)
     arch = f"llama_{BIG_VOCAB[task_name]}" if task_name in BIG_VOCAB else "llama"
     derived = models.with_model(replace(task, model_path=str(saved[arch])))
@@ -390,6 +450,7 @@ def test_the_repos_own_prepared_model_is_not_asked_for_on_yours(task_name, keeps
     # beside yours (distillation's teacher: committed at ci, made at full); elsewhere yours replaces
     # it, so nothing is made or handed over
     from ai4ai.repo import preparing
+
     served = keeps and bool(task.grading_artifacts)
     made = []
     monkeypatch.setattr(preparing, "_build_cached", lambda dest, what, make: made.append(what) or dest)

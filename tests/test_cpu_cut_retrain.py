@@ -1,6 +1,7 @@
 """A seed its CPU cap cuts is trained once more and the second training stands (grading.
 _retrain_after_cpu_cut): on a shared host a slow spell costs CPU time too, so one cut alone must
 not decide a score. Real trainings of dpo at ci (seconds each)."""
+
 from dataclasses import replace
 
 from ai4ai.grading import anchors
@@ -28,6 +29,7 @@ def test_a_cut_from_a_slow_spell_is_trained_again_and_the_second_run_stands(comp
         calls.append(c.ctx.cpu_cap_s)
         # the first training meets a "slow spell": a cap it cannot finish under; the second has room
         return real(replace(c, ctx=replace(c.ctx, cpu_cap_s=0.5 if len(calls) == 1 else 600.0)), *args)
+
     monkeypatch.setattr(grading, "train_and_evaluate", slow_then_normal)
     (r,) = grading.grade_seeds(ctx, anchors.empty_submission(), [0], tmp_path / "g")
     assert len(calls) == 2
@@ -46,4 +48,4 @@ def test_a_submission_over_its_cap_is_cut_twice_and_no_more(compose_cfg, tmp_pat
     (r,) = grading.grade_seeds(ctx, anchors.empty_submission(), [0], tmp_path / "g")
     assert len(calls) == 2
     assert r.cut == "cpu" and r.first_cut_cpu_s is not None, r
-    assert r.status in ("graded", "invalid"), r       # what the second training wrote, or nothing
+    assert r.status in ("graded", "invalid"), r  # what the second training wrote, or nothing

@@ -1,4 +1,5 @@
 """The whole data flow at `ci` through the real configs and the real sandbox."""
+
 import json
 from pathlib import Path
 
@@ -18,6 +19,7 @@ def _patch_lr_at(tmp_path: Path, name: str, body: str) -> Path:
     """A patch that puts `body` at the top of optim.lr_at (built with the harness's own differ)."""
     from ai4ai import PROJECT_ROOT
     from ai4ai.repo.submission import unified_diff
+
     old = (PROJECT_ROOT / "repos_frozen" / "optimizer" / "optim.py").read_text()
     anchor = '    """Learning rate for optimizer step `step` (0-based) of `total_steps`."""\n'
     assert anchor in old
@@ -34,7 +36,7 @@ def _result(run_dir: Path) -> dict:
 
 
 def test_baseline_agent_scores_about_point_one(baseline_ci_run, tmp_path):
-    cfg, run_dir, _ = baseline_ci_run             # the session's one baseline run (conftest.py)
+    cfg, run_dir, _ = baseline_ci_run  # the session's one baseline run (conftest.py)
     r = _result(run_dir)
     assert set(REQUIRED_FIELDS) <= set(r)
     assert r["status"] == "graded" and r["submission"]["files"] == []
@@ -53,8 +55,10 @@ def test_baseline_agent_scores_about_point_one(baseline_ci_run, tmp_path):
 
 
 def test_command_agent_edits_in_the_sandbox_and_protected_edits_are_dropped(compose_cfg, tmp_path):
-    cmd = ("sed -i 's/^LR = 3e-3/LR = 2e-3/' optim.py && echo '# hacked' >> model.py && "
-           "ls /sys/class/net && test ! -e /work")
+    cmd = (
+        "sed -i 's/^LR = 3e-3/LR = 2e-3/' optim.py && echo '# hacked' >> model.py && "
+        "ls /sys/class/net && test ! -e /work"
+    )
     cfg = compose_cfg("config", CI + ["agent=command", f'agent.command="{cmd}"'])
     run_dir = tmp_path / "run_cmd"
     pipeline.run(cfg, run_dir)
@@ -90,10 +94,12 @@ def test_harness_error_is_retried_and_resumes_at_grading(compose_cfg, tmp_path, 
     """An `error` (the harness's fault) is not scored; the rerun grades the same submission, no new agent
     phase. The submission is an example patch (Muon), which then scores above 0.1."""
     import ai4ai.grading.seeds as grade_mod
+
     real = grade_mod.run_worker
 
     def broken(*a, **k):
         raise RuntimeError("evaluation worker lost")
+
     monkeypatch.setattr(grade_mod, "run_worker", broken)
     cfg = compose_cfg("config", CI + ["agent=patch", f"agent.patch={example('muon.patch')}"])
     first = tmp_path / "first"
@@ -103,7 +109,7 @@ def test_harness_error_is_retried_and_resumes_at_grading(compose_cfg, tmp_path, 
     monkeypatch.setattr(grade_mod, "run_worker", real)
     second = tmp_path / "second"
     pipeline.run(cfg, second)
-    assert not second.exists()                       # resumed in the first run dir
+    assert not second.exists()  # resumed in the first run dir
     r = _result(first)
     assert r["status"] == "graded"
     assert sorted(r["submission"]["files"]) == ["algorithm/muon.py", "optim.py", "train.py"]
@@ -111,4 +117,4 @@ def test_harness_error_is_retried_and_resumes_at_grading(compose_cfg, tmp_path, 
     with connect(Path(cfg.results_db)) as con:
         statuses = [s for (s,) in con.execute("SELECT status FROM results ORDER BY id")]
     assert statuses == ["error", "graded"]
-    assert pipeline.run(cfg, tmp_path / "third") is None   # now done: skipped
+    assert pipeline.run(cfg, tmp_path / "third") is None  # now done: skipped

@@ -12,6 +12,7 @@ the real tree), through the real commands' functions:
 The harness passes AI4AI_SHRINK into every training sandbox (training.training_sandbox) and keys
 the data cache by it (preparing.data_mounts), so proxy and grading runs agree on the sizes.
 """
+
 import json
 import os
 import shutil
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 COPIED = ("ai4ai", "conf", "repos_frozen", "grader_hidden", "ai4ai_kernels", "pyproject.toml")
 
-DRIVER = r'''
+DRIVER = r"""
 import json, sys
 from pathlib import Path
 from hydra import compose, initialize_config_dir
@@ -58,7 +59,7 @@ train = (task.repo / "train.py").read_text()
 result = pipeline.grade(gcfg, out / "grade")
 print("RESULT " + json.dumps({"prepare": {k: str(v) for k, v in first.items()}, "again": str(again),
                               "plan": lines, "result": result}, default=str))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -78,14 +79,26 @@ def project(tmp_path_factory):
 @pytest.mark.parametrize("name", list_tasks())
 def test_full_code_paths_run_on_the_cpu(project, name, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "AI4AI_"))}
-    env.update(PYTHONPATH=f"{project}:{project / '.shim'}", AI4AI_SHRINK="cpu", AI4AI_OUTPUTS=str(tmp_path),
-               PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-c", DRIVER, name, str(tmp_path)], cwd=project, env=env,
-                       capture_output=True, text=True, timeout=1500)
+    env.update(
+        PYTHONPATH=f"{project}:{project / '.shim'}",
+        AI4AI_SHRINK="cpu",
+        AI4AI_OUTPUTS=str(tmp_path),
+        PYTHONDONTWRITEBYTECODE="1",
+        OMP_NUM_THREADS="1",
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", DRIVER, name, str(tmp_path)],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     tail = (r.stdout + r.stderr)[-4000:]
     assert r.returncode == 0, tail
     out = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[7:])
     from ai4ai.core.task import load_task
+
     task = load_task(name)
 
     # prepare: the cache holds what the task declares, the artifacts check out, a rerun reuses them
@@ -101,11 +114,12 @@ def test_full_code_paths_run_on_the_cpu(project, name, tmp_path):
         for rel in task.artifacts.writes:
             assert (project / "repos_frozen" / name / rel).exists()
         assert "checksums match" in r.stdout
-    if task.grading_artifacts:       # prepare made the graded instance's prepared models too
+    if task.grading_artifacts:  # prepare made the graded instance's prepared models too
         graded = Path(out["prepare"]["graded"])
         assert (graded / ".complete").exists() and set(w.format(scale="full") for w in task.grading_artifacts) <= set(
-            ln.split()[1] for ln in (graded / "SHA256SUMS").read_text().splitlines())
-        assert "graded instance's prepared models: cached" in r.stdout      # the grading reused them
+            ln.split()[1] for ln in (graded / "SHA256SUMS").read_text().splitlines()
+        )
+        assert "graded instance's prepared models: cached" in r.stdout  # the grading reused them
     plan = "\n".join(out["plan"])
     assert "run first" not in plan, plan
 
@@ -114,7 +128,7 @@ def test_full_code_paths_run_on_the_cpu(project, name, tmp_path):
     assert res["scale"] == "full" and res["status"] == "graded", (res["status"], res.get("reason"), tail)
     assert "calibrating" in r.stdout
     (seed,) = res["checkpoints"]["per_seed"]
-    assert seed["timed_out"], seed                     # the cap ended it; what it wrote was graded
+    assert seed["timed_out"], seed  # the cap ended it; what it wrote was graded
     assert seed["chosen"] in [c["name"] for c in seed["candidates"]] and len(seed["candidates"]) <= 3
     assert res["timing"]["train_s"] >= 0.9 * res["timing"]["cap_s"] > 0, res["timing"]
     assert res["score"] is not None and 0.0 <= res["score"] <= 1.0

@@ -1,5 +1,6 @@
 """The API gateway against the fake model API, without any CLI: key injection, usage and cost
 from streamed and plain answers, a cut stream, retries, the spending cap, the call log."""
+
 import http.client
 import json
 import socket
@@ -10,8 +11,10 @@ import pytest
 from ai4ai.window.gateway import Gateway, Upstream, normalize_usage, price_for
 
 KEY = "sk-test-REAL-KEY-held-by-the-gateway-77c1"
-PRICES = {"default": {"input": 3.0, "cached_input": 0.3, "cache_write": 3.75, "output": 15.0},
-          "gpt-5": {"input": 1.25, "cached_input": 0.125, "output": 10.0}}
+PRICES = {
+    "default": {"input": 3.0, "cached_input": 0.3, "cache_write": 3.75, "output": 15.0},
+    "gpt-5": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
+}
 
 
 class UnixHTTP(http.client.HTTPConnection):
@@ -27,8 +30,16 @@ class UnixHTTP(http.client.HTTPConnection):
 
 
 def gateway(tmp_path, api, auth="x-api-key", **kw):
-    gw = Gateway(socket_path=tmp_path / "api.sock", upstream=Upstream.parse(api.base), key=KEY, auth=auth,
-                 prices=PRICES, log_path=tmp_path / "api_calls.jsonl", backoff_s=0.1, **kw)
+    gw = Gateway(
+        socket_path=tmp_path / "api.sock",
+        upstream=Upstream.parse(api.base),
+        key=KEY,
+        auth=auth,
+        prices=PRICES,
+        log_path=tmp_path / "api_calls.jsonl",
+        backoff_s=0.1,
+        **kw,
+    )
     gw.start()
     return gw
 
@@ -50,13 +61,16 @@ def test_streamed_anthropic_calls_counted_key_injected(tmp_path, fake_api):
     gw = gateway(tmp_path, api)
     msgs = [{"role": "user", "content": "go"}]
     for _ in range(3):
-        status, data = call(gw, "/v1/messages?beta=true", {"model": "claude-sonnet-4-5", "stream": True,
-                                                          "tools": BASH, "messages": msgs},
-                            {"x-api-key": "dummy", "Authorization": "Bearer dummy"})
+        status, data = call(
+            gw,
+            "/v1/messages?beta=true",
+            {"model": "claude-sonnet-4-5", "stream": True, "tools": BASH, "messages": msgs},
+            {"x-api-key": "dummy", "Authorization": "Bearer dummy"},
+        )
         assert status == 200 and b"message_stop" in data
         msgs.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "ok"}]})
     gw.stop()
-    assert api.bad_keys == 0 and len(api.reported) == 3          # the dummy never reached the API
+    assert api.bad_keys == 0 and len(api.reported) == 3  # the dummy never reached the API
     tot, usd = api.totals(PRICES)
     s = gw.summary()
     assert {k: s[k] for k in tot} == tot
@@ -72,18 +86,23 @@ def test_openai_plain_and_streamed_bearer_auth(tmp_path, fake_api):
     api = fake_api("edit", KEY)
     gw = gateway(tmp_path, api, auth="bearer")
     tools = [{"type": "function", "name": "exec_command"}]
-    status, data = call(gw, "/v1/responses", {"model": "gpt-5-codex", "input": [], "tools": tools},
-                        {"Authorization": "Bearer dummy"})
+    status, data = call(
+        gw, "/v1/responses", {"model": "gpt-5-codex", "input": [], "tools": tools}, {"Authorization": "Bearer dummy"}
+    )
     assert status == 200 and json.loads(data)["output"][0]["name"] == "exec_command"
-    status, data = call(gw, "/v1/responses", {"model": "gpt-5-codex", "input": [], "stream": True, "tools": tools},
-                        {"Authorization": "Bearer dummy"})
+    status, data = call(
+        gw,
+        "/v1/responses",
+        {"model": "gpt-5-codex", "input": [], "stream": True, "tools": tools},
+        {"Authorization": "Bearer dummy"},
+    )
     assert status == 200 and b"response.completed" in data
     gw.stop()
     tot, usd = api.totals(PRICES)
     s = gw.summary()
     assert api.bad_keys == 0 and {k: s[k] for k in tot} == tot and s["reasoning_tokens"] == 40
     assert s["usd"] == pytest.approx(usd, abs=1e-6)
-    assert price_for(PRICES, "gpt-5-codex")["input"] == 1.25          # priced by model prefix
+    assert price_for(PRICES, "gpt-5-codex")["input"] == 1.25  # priced by model prefix
 
 
 def test_429_retried_with_retry_after_and_recorded(tmp_path, fake_api):
@@ -102,8 +121,11 @@ def test_cap_refuses_the_next_call_and_trips(tmp_path, fake_api):
     gw = gateway(tmp_path, api, max_usd=0.5, on_cap=tripped.set)
     statuses = []
     for _ in range(5):
-        statuses.append(call(gw, "/v1/messages", {"model": "claude-sonnet-4-5", "stream": True, "tools": BASH,
-                                                  "messages": []}, {})[0])
+        statuses.append(
+            call(gw, "/v1/messages", {"model": "claude-sonnet-4-5", "stream": True, "tools": BASH, "messages": []}, {})[
+                0
+            ]
+        )
     gw.stop()
     # each capped-mode answer costs ~0.38 USD: the second passes 0.5, every later one is refused
     assert statuses == [200, 200, 403, 403, 403] and tripped.is_set()
@@ -126,16 +148,23 @@ def _hang_up_after_message_start(tmp_path, then: bytes, stall_s: float, **kw):
     def upstream():
         c, _ = srv.accept()
         req = b""
-        while b"\r\n\r\n" not in req:          # the whole request, so closing sends no reset
+        while b"\r\n\r\n" not in req:  # the whole request, so closing sends no reset
             req += c.recv(65536)
         head, _, got = req.partition(b"\r\n\r\n")
         size = int(next(x.split(b":")[1] for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")))
         while len(got) < size:
             got += c.recv(65536)
-        start = {"type": "message_start", "message": {"model": "claude-sonnet-4-5", "usage": {
-            "input_tokens": 5000, "cache_read_input_tokens": 1000, "output_tokens": 1}}}
-        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
-                  + f"event: message_start\ndata: {json.dumps(start)}\n\n".encode())
+        start = {
+            "type": "message_start",
+            "message": {
+                "model": "claude-sonnet-4-5",
+                "usage": {"input_tokens": 5000, "cache_read_input_tokens": 1000, "output_tokens": 1},
+            },
+        }
+        c.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+            + f"event: message_start\ndata: {json.dumps(start)}\n\n".encode()
+        )
         hung_up.wait(10)
         try:
             c.sendall(b'event: ping\ndata: {"type": "ping"}\n\n')
@@ -147,10 +176,12 @@ def _hang_up_after_message_start(tmp_path, then: bytes, stall_s: float, **kw):
         except OSError:
             pass
         c.close()
+
     threading.Thread(target=upstream, daemon=True).start()
 
     class A:
         base = f"http://127.0.0.1:{srv.getsockname()[1]}"
+
     gw = gateway(tmp_path, A, **kw)
     s = socket.socket(socket.AF_UNIX)
     s.connect(str(gw.socket_path))
@@ -170,8 +201,10 @@ def _hang_up_after_message_start(tmp_path, then: bytes, stall_s: float, **kw):
     return gw.summary(), rows[0]
 
 
-FINAL_DELTA = (b'event: message_delta\ndata: {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, '
-               b'"usage": {"output_tokens": 700}}\n\nevent: message_stop\ndata: {"type": "message_stop"}\n\n')
+FINAL_DELTA = (
+    b'event: message_delta\ndata: {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, '
+    b'"usage": {"output_tokens": 700}}\n\nevent: message_stop\ndata: {"type": "message_stop"}\n\n'
+)
 
 
 def test_answer_cut_by_the_agent_is_read_to_its_end_and_all_counted(tmp_path):
@@ -198,6 +231,7 @@ def test_unreachable_upstream_is_a_failure_not_a_call(tmp_path):
 
     class A:
         base = f"http://127.0.0.1:{port}"
+
     gw = gateway(tmp_path, A, max_retries=1)
     status, _ = call(gw, "/v1/messages", {"model": "m"}, {})
     gw.stop()
@@ -205,12 +239,26 @@ def test_unreachable_upstream_is_a_failure_not_a_call(tmp_path):
 
 
 def test_usage_shapes():
-    assert normalize_usage({"input_tokens": 10, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 2,
-                            "output_tokens": 3}) == {"input_tokens": 17, "cached_input_tokens": 5,
-                                                     "cache_write_tokens": 2, "output_tokens": 3,
-                                                     "reasoning_tokens": 0}
-    assert normalize_usage({"prompt_tokens": 9, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 3},
-                            "completion_tokens_details": {"reasoning_tokens": 1}})["cached_input_tokens"] == 3
+    assert normalize_usage(
+        {"input_tokens": 10, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 2, "output_tokens": 3}
+    ) == {
+        "input_tokens": 17,
+        "cached_input_tokens": 5,
+        "cache_write_tokens": 2,
+        "output_tokens": 3,
+        "reasoning_tokens": 0,
+    }
+    assert (
+        normalize_usage(
+            {
+                "prompt_tokens": 9,
+                "completion_tokens": 4,
+                "prompt_tokens_details": {"cached_tokens": 3},
+                "completion_tokens_details": {"reasoning_tokens": 1},
+            }
+        )["cached_input_tokens"]
+        == 3
+    )
     assert normalize_usage({"input_tokens": -5, "output_tokens": "x"})["input_tokens"] == 0
     assert Upstream.parse("https://api.openai.com/v1").path == "/v1"
     with pytest.raises(ValueError):

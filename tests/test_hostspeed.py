@@ -2,6 +2,7 @@
 
 CI met the failure this guards against: on a host where the shipped optimizer ran 1.8x slower, both
 of its graded runs were cut by a cap measured on a faster host of the same device class."""
+
 from dataclasses import replace
 
 import pytest
@@ -24,19 +25,22 @@ def _raw(ctx, edit=lambda r: r) -> dict:
     written back as the only record, and returned."""
     path = anchors.anchors_path(ctx.task.grader)
     k = ctx.key.as_dict()
-    rec = next(r for r in yaml.safe_load(path.read_text())["records"]
-               if all(r["key"][f] == k[f] for f in ("task", "scale", "task_version", "torch")))
+    rec = next(
+        r
+        for r in yaml.safe_load(path.read_text())["records"]
+        if all(r["key"][f] == k[f] for f in ("task", "scale", "task_version", "torch"))
+    )
     rec = edit({**rec, "key": k})
     path.write_text(yaml.safe_dump({"records": [rec]}, sort_keys=False))
     return rec
 
 
 def test_the_probe_is_a_steady_cpu_time_of_a_fixed_workload():
-    p = hostspeed.measure(1, runs=2, fresh_s=0)        # two real runs, not the cache
+    p = hostspeed.measure(1, runs=2, fresh_s=0)  # two real runs, not the cache
     assert p["threads"] == 1 and len(p["runs"]) == 2 and p["cpu_s"] == min(p["runs"])
-    assert p["cpu_s"] > 1.0                            # an interpreter, torch and transformers, and ten steps
+    assert p["cpu_s"] > 1.0  # an interpreter, torch and transformers, and ten steps
     assert max(p["runs"]) / min(p["runs"]) < 1.5, p["runs"]
-    again = hostspeed.measure(1, runs=2)               # fresh runs of this host are reused
+    again = hostspeed.measure(1, runs=2)  # fresh runs of this host are reused
     assert again["runs"] == p["runs"]
 
 
@@ -81,15 +85,20 @@ def test_every_task_and_scale_has_a_current_record_with_a_probe():
 
     from ai4ai.core.provenance import task_version
     from ai4ai.core.task import list_tasks, load_task
+
     missing = []
     for name in list_tasks():
         task = load_task(name)
         recs = yaml.safe_load(anchors.anchors_path(task.grader).read_text())["records"]
         for scale in ("ci", "smoke"):
-            current = [r for r in recs if r["key"]["scale"] == scale and r["key"]["task_version"] == task_version(task, scale)]
+            current = [
+                r for r in recs if r["key"]["scale"] == scale and r["key"]["task_version"] == task_version(task, scale)
+            ]
             if not any(hostspeed.record_probe(r, int(r["key"]["device_class"].rsplit(":", 1)[1])) for r in current):
                 missing.append(f"{name}/{scale}")
-    assert not missing, f"no current record with a host probe: {missing} (python -m ai4ai.calibrate ... probe_only=true)"
+    assert not missing, (
+        f"no current record with a host probe: {missing} (python -m ai4ai.calibrate ... probe_only=true)"
+    )
 
 
 @needs_bwrap
@@ -102,10 +111,21 @@ def test_a_cap_from_a_twice_faster_host_does_not_cut_the_shipped_algorithm_here(
 
     def faster_host(r, probe=True):
         t = r["train_cpu_s"]
-        r = {**r, "train_cpu_s": {**t, "per_seed": [x / 2 for x in t["per_seed"]], "mean": t["mean"] / 2,
-                                  "max": t["max"] / 2}}
-        return {**r, "host_probe": {"cpu_s": here / 2, "threads": ctx.threads}} if probe else \
-            {k: v for k, v in r.items() if k != "host_probe"}
+        r = {
+            **r,
+            "train_cpu_s": {
+                **t,
+                "per_seed": [x / 2 for x in t["per_seed"]],
+                "mean": t["mean"] / 2,
+                "max": t["max"] / 2,
+            },
+        }
+        return (
+            {**r, "host_probe": {"cpu_s": here / 2, "threads": ctx.threads}}
+            if probe
+            else {k: v for k, v in r.items() if k != "host_probe"}
+        )
+
     _raw(ctx, faster_host)
     setup = anchors.with_budget(ctx, anchors.find(ctx.task.grader, ctx.key))
     assert setup.host_speed["factor"] == pytest.approx(1.9, rel=0.35)
@@ -121,11 +141,18 @@ def test_a_cap_from_a_twice_faster_host_does_not_cut_the_shipped_algorithm_here(
 
 def test_an_audit_carries_the_recorded_cap_to_its_own_host(compose_cfg, tmp_path):
     ctx = _ctx(compose_cfg, tmp_path)
-    setup = replace(ctx, cap_s=100.0, cpu_cap_s=30.0,
-                    host_speed={"probe_cpu_s_here": 16.0, "probe_cpu_s_record": 10.0, "factor": 1.6, "clamped": False})
-    timing = {"cap_s": 120.0, "cpu_cap_s": 24.0,
-              "host_speed": {"probe_cpu_s_here": 8.0, "probe_cpu_s_record": 10.0, "factor": 0.8, "clamped": False}}
-    carried, speed = auditing.recorded_caps(setup, timing)       # graded on a host twice as fast as this one
+    setup = replace(
+        ctx,
+        cap_s=100.0,
+        cpu_cap_s=30.0,
+        host_speed={"probe_cpu_s_here": 16.0, "probe_cpu_s_record": 10.0, "factor": 1.6, "clamped": False},
+    )
+    timing = {
+        "cap_s": 120.0,
+        "cpu_cap_s": 24.0,
+        "host_speed": {"probe_cpu_s_here": 8.0, "probe_cpu_s_record": 10.0, "factor": 0.8, "clamped": False},
+    }
+    carried, speed = auditing.recorded_caps(setup, timing)  # graded on a host twice as fast as this one
     assert speed.factor == pytest.approx(1.9) and carried.cpu_cap_s == 45.6 and carried.cap_s == pytest.approx(228.0)
     # a run graded before the probe: taken to have run at its anchors' host's speed
     carried, speed = auditing.recorded_caps(setup, {"cap_s": 120.0, "cpu_cap_s": 24.0})

@@ -9,6 +9,7 @@ cycle); and no module imports a command. The top folder, `ai4ai` itself, holds `
 steps) and the commands (`python -m ai4ai.X`): argument mapping only, imported by nothing. A new
 module has to be placed here, which is the point.
 """
+
 import ast
 from pathlib import Path
 
@@ -20,8 +21,22 @@ FOLDERS = [
     # the package's own constants: PROJECT_ROOT, CONF_DIR, SCHEMA
     ("", ["__init__"]),
     # the types and files of a run: no harness logic; leaves, or only each other
-    ("core", ["__init__", "console", "layout", "hidden", "trajectory", "task", "scoring", "result", "record",
-              "provenance", "hostspeed"]),
+    (
+        "core",
+        [
+            "__init__",
+            "console",
+            "layout",
+            "hidden",
+            "trajectory",
+            "task",
+            "scoring",
+            "result",
+            "record",
+            "provenance",
+            "hostspeed",
+        ],
+    ),
     # the sandbox and what is copied into it (launcher, proxy_client, meter_wire: no ai4ai imports)
     ("sandbox", ["__init__", "launcher", "proxy_client", "meter_wire", "package_data", "tree", "box"]),
     # the frozen repo and the agent's submission against it
@@ -35,8 +50,23 @@ FOLDERS = [
     # reading runs and tasks: classification, reports, audits, task checks and tuning
     # (classify: a package, its syntax helpers -> kernel equivalence -> statements -> reachability ->
     # verdicts, then the package that re-exports them)
-    ("analysis", ["__init__", "classify/syntax", "classify/kernels", "classify/statements", "classify/reach",
-                  "classify/verdict", "classify/__init__", "runs", "reporting", "auditing", "task_checks", "tuning"]),
+    (
+        "analysis",
+        [
+            "__init__",
+            "classify/syntax",
+            "classify/kernels",
+            "classify/statements",
+            "classify/reach",
+            "classify/verdict",
+            "classify/__init__",
+            "runs",
+            "reporting",
+            "auditing",
+            "task_checks",
+            "tuning",
+        ],
+    ),
     # the run's steps, then the commands
     ("", ["pipeline", "entry", "run", "grade", "calibrate", "check_task", "audit", "report", "list", "prepare"]),
 ]
@@ -69,7 +99,7 @@ def _resolve(mod: str, is_pkg: bool, node, known) -> list[str]:
         return [a.name for a in node.names if a.name in known]
     base = mod.split(".") if is_pkg else mod.split(".")[:-1]
     if node.level:
-        base = base[:len(base) - node.level + 1]
+        base = base[: len(base) - node.level + 1]
         target = ".".join(base + ([node.module] if node.module else []))
     else:
         target = node.module or ""
@@ -112,8 +142,11 @@ def _violations(mods: dict, rank: dict) -> list[str]:
         for t, ln in top:
             if t == "ai4ai" or rank.get(t, -1) < rank.get(m, len(rank)):
                 continue
-            where = ("a higher folder" if FOLDER_RANK.get(t, -1) > FOLDER_RANK.get(m, -1)
-                     else "its own folder, listed after it")
+            where = (
+                "a higher folder"
+                if FOLDER_RANK.get(t, -1) > FOLDER_RANK.get(m, -1)
+                else "its own folder, listed after it"
+            )
             bad.append(f"{m} imports {t}, which is not below it: {where} (line {ln})")
         bad += [f"{m} imports the command {t} (line {ln})" for t, ln in top + inner if t in COMMANDS]
     return bad
@@ -158,18 +191,25 @@ def test_the_checker_sees_a_cycle(tmp_path):
     (pkg / "core" / "layout.py").write_text("from ai4ai.core import task\n")
     (pkg / "core" / "task.py").write_text("")
     (pkg / "grading" / "seeds.py").write_text("def f():\n    from ai4ai.core.console import say\n")
-    mods = {"ai4ai": pkg / "__init__.py", "ai4ai.core": pkg / "core" / "__init__.py",
-            "ai4ai.grading": pkg / "grading" / "__init__.py", "ai4ai.core.console": pkg / "core" / "console.py",
-            "ai4ai.core.layout": pkg / "core" / "layout.py", "ai4ai.core.task": pkg / "core" / "task.py",
-            "ai4ai.grading.seeds": pkg / "grading" / "seeds.py", "ai4ai.analysis": pkg / "analysis" / "__init__.py",
-            "ai4ai.analysis.classify": pkg / "analysis" / "classify" / "__init__.py",
-            "ai4ai.analysis.classify.syntax": pkg / "analysis" / "classify" / "syntax.py",
-            "ai4ai.analysis.classify.verdict": pkg / "analysis" / "classify" / "verdict.py"}
+    mods = {
+        "ai4ai": pkg / "__init__.py",
+        "ai4ai.core": pkg / "core" / "__init__.py",
+        "ai4ai.grading": pkg / "grading" / "__init__.py",
+        "ai4ai.core.console": pkg / "core" / "console.py",
+        "ai4ai.core.layout": pkg / "core" / "layout.py",
+        "ai4ai.core.task": pkg / "core" / "task.py",
+        "ai4ai.grading.seeds": pkg / "grading" / "seeds.py",
+        "ai4ai.analysis": pkg / "analysis" / "__init__.py",
+        "ai4ai.analysis.classify": pkg / "analysis" / "classify" / "__init__.py",
+        "ai4ai.analysis.classify.syntax": pkg / "analysis" / "classify" / "syntax.py",
+        "ai4ai.analysis.classify.verdict": pkg / "analysis" / "classify" / "verdict.py",
+    }
     rank = {m: i for i, m in enumerate(LAYERS)}
     bad = _violations(mods, rank)
     assert any("ai4ai.core.console imports ai4ai.grading.seeds" in b and "higher folder" in b for b in bad), bad
     assert any("ai4ai.core.layout imports ai4ai.core.task" in b and "own folder" in b for b in bad), bad
     assert any("ai4ai.grading.seeds imports ai4ai.core.console inside a function" in b for b in bad), bad
-    assert any("ai4ai.analysis.classify.syntax imports ai4ai.analysis.classify.verdict" in b and "own folder" in b
-               for b in bad), bad
+    assert any(
+        "ai4ai.analysis.classify.syntax imports ai4ai.analysis.classify.verdict" in b and "own folder" in b for b in bad
+    ), bad
     assert len(bad) == 4, bad

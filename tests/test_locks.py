@@ -1,4 +1,5 @@
 """The per-device grading lock: a CPU is shared out in one-core slots, a GPU is one slot."""
+
 import threading
 import time
 
@@ -42,8 +43,8 @@ def test_two_one_thread_gradings_share_a_two_core_host(monkeypatch, tmp_path):
     monkeypatch.setattr(grade, "PROJECT_ROOT", tmp_path)
     monkeypatch.setattr(grade.os, "cpu_count", lambda: 2)
     log = _run([("cpu", 1, 0.6), ("cpu", 1, 0.6), ("cpu", 1, 0.6)])
-    assert _overlap(log, 0, 1)                  # two at once, one per core
-    assert _most_at_once(log) == 2              # the third waits for a free core
+    assert _overlap(log, 0, 1)  # two at once, one per core
+    assert _most_at_once(log) == 2  # the third waits for a free core
 
 
 def test_a_whole_host_grading_excludes_others(monkeypatch, tmp_path):
@@ -100,11 +101,11 @@ def test_a_gpu_another_process_uses_is_refused(monkeypatch, tmp_path):
     and fails closed when it cannot tell (no nvidia-smi)."""
     assert grade.gpu_users("1234, 30000\n5678, 10\n", own={5678}) == ["pid 1234 (30000 MiB)"]
     assert grade.gpu_users("No running processes found\n") == []
-    grade.require_idle_gpu("cpu")                      # nothing to check on a CPU
+    grade.require_idle_gpu("cpu")  # nothing to check on a CPU
     monkeypatch.setattr(grade.shutil, "which", lambda name: None)
     with pytest.raises(grade.EnvironmentFault, match="nvidia-smi not found"):
         grade.require_idle_gpu("cuda")
-    smi = tmp_path / "nvidia-smi"     # a stand-in for the binary: prints a busy GPU (no GPU here)
+    smi = tmp_path / "nvidia-smi"  # a stand-in for the binary: prints a busy GPU (no GPU here)
     smi.write_text("#!/bin/sh\ncase \"$*\" in *compute-apps*) echo '4242, 20480';; *) echo 20990;; esac\n")
     smi.chmod(0o755)
     monkeypatch.setattr(grade.shutil, "which", lambda name: str(smi))
@@ -116,6 +117,7 @@ def _three_at_once(target, dest, log) -> list:
     """Exit codes of three forked processes running target(dest, log), each started 0.2 s after the
     last, so the later ones arrive while the first is midway through its build."""
     import multiprocessing
+
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=target, args=(dest, log)) for _ in range(3)]
     for p in procs:
@@ -133,7 +135,7 @@ def _build_shared_cache(dest, log):
     def write(folder):
         with open(log, "a") as f:
             f.write("built\n")
-        time.sleep(1.0)                       # long enough for the others to arrive midway
+        time.sleep(1.0)  # long enough for the others to arrive midway
         (folder / "split.bin").write_bytes(b"x" * 1000)
         return {"split.bin": preparing.sha256_file(folder / "split.bin")}
 

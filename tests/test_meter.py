@@ -1,4 +1,5 @@
 """The meter's wire and server (ai4ai/sandbox/meter_wire.py), against a real server process and a toy repo."""
+
 import json
 import os
 import socket
@@ -16,7 +17,7 @@ from ai4ai.core.task import TaskError, load_task, parse_meter
 from ai4ai.repo.meter import held_files, read_report, remove_held, serving
 from ai4ai.sandbox import meter_wire
 
-TOY = '''
+TOY = """
 import dataclasses
 import numpy as np
 import torch
@@ -71,13 +72,20 @@ class Split:
 
     def describe(self):
         return {"scale": self.scale, "pair": (1, 2.5), "none": None, "flags": [True, False]}
-'''
+"""
 
-SPEC = {"classes": {"toy.Split": {"construct": ["scale", "seed"], "methods": ["get", "batch", "total", "episode",
-                                                                               "describe"],
-                                  "attributes": ["budget", "served", "remaining"], "len": True},
-                    "toy.Episode": {"methods": ["step"], "attributes": ["t"], "len": False}},
-        "values": ["toy.Batch"]}
+SPEC = {
+    "classes": {
+        "toy.Split": {
+            "construct": ["scale", "seed"],
+            "methods": ["get", "batch", "total", "episode", "describe"],
+            "attributes": ["budget", "served", "remaining"],
+            "len": True,
+        },
+        "toy.Episode": {"methods": ["step"], "attributes": ["t"], "len": False},
+    },
+    "values": ["toy.Batch"],
+}
 PINS = {"scale": "ci", "seed": 7, "device": "cpu"}
 
 
@@ -89,8 +97,18 @@ def toy(tmp_path, monkeypatch):
     (repo / "toy.py").write_text(TOY)
     sock = Path(f"/tmp/ai4ai-test-meter-{os.getpid()}-{time.monotonic_ns()}.sock")
     report = tmp_path / "report.json"
-    proc = subprocess.Popen([sys.executable, str(Path(meter_wire.__file__)), "serve", str(sock), json.dumps(SPEC),
-                             json.dumps(PINS), str(report)], cwd=repo)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(meter_wire.__file__)),
+            "serve",
+            str(sock),
+            json.dumps(SPEC),
+            json.dumps(PINS),
+            str(report),
+        ],
+        cwd=repo,
+    )
     for _ in range(500):
         if sock.exists():
             break
@@ -99,6 +117,7 @@ def toy(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(repo))
     sys.modules.pop("toy", None)
     import toy as module
+
     meter_wire._Connection._conn = None
     yield module, sock, report, proc
     meter_wire._Connection._conn = None
@@ -120,7 +139,7 @@ def test_a_served_class_keeps_its_api_and_the_server_keeps_the_count(toy):
     assert again.served == 2
     b = s.batch(4)
     assert isinstance(b, module.Batch) and b.x.tolist() == [0, 1, 2, 3] and b.n == 4
-    assert s.total(b) == 10                              # a value travels back to the server
+    assert s.total(b) == 10  # a value travels back to the server
     ep = s.episode(5)
     assert ep.step(1)[0].tolist() == [6.0, 6.0] and ep.t == 1
     assert s.describe() == {"scale": "ci", "pair": (1, 2.5), "none": None, "flags": [True, False]}
@@ -129,25 +148,31 @@ def test_a_served_class_keeps_its_api_and_the_server_keeps_the_count(toy):
     assert s.served == 2
     proc.terminate()
     proc.wait(10)
-    assert read_report(report) == {"calls": read_report(report)["calls"],
-                                   "toy.Split": {"budget": 10, "served": 2, "remaining": 8}}
+    assert read_report(report) == {
+        "calls": read_report(report)["calls"],
+        "toy.Split": {"budget": 10, "served": 2, "remaining": 8},
+    }
 
 
 def test_what_is_not_declared_is_not_served(toy):
     module, _, _, _ = toy
     s = meter_wire.remote(module.Split)("ci")
     with pytest.raises(AttributeError, match="not served by the meter"):
-        _ = s.secret                                 # the data itself stays on the server
+        _ = s.secret  # the data itself stays on the server
     with pytest.raises(AttributeError):
         s.served = 0
     with pytest.raises(meter_wire.MeterError, match="this run's scale is 'ci', not 'smoke'"):
-        meter_wire.remote(module.Split)("smoke")      # another scale's split (and budget) is not this run's
+        meter_wire.remote(module.Split)("smoke")  # another scale's split (and budget) is not this run's
     with pytest.raises(meter_wire.MeterError, match="this run's seed is 7"):
-        meter_wire.remote(module.Split)("ci", 8)      # nor is a second budget under another seed
+        meter_wire.remote(module.Split)("ci", 8)  # nor is a second budget under another seed
     conn = meter_wire._Connection.get()
-    for header in ({"op": "call", "ref": 1, "name": "__init__"}, {"op": "get", "ref": 1, "name": "secret"},
-                   {"op": "new", "cls": "toy.Episode"}, {"op": "new", "cls": "os.system"},
-                   {"op": "call", "ref": 99, "name": "get"}):
+    for header in (
+        {"op": "call", "ref": 1, "name": "__init__"},
+        {"op": "get", "ref": 1, "name": "secret"},
+        {"op": "new", "cls": "toy.Episode"},
+        {"op": "new", "cls": "os.system"},
+        {"op": "call", "ref": 99, "name": "get"},
+    ):
         with pytest.raises(meter_wire.MeterError):
             conn.call(header)
 
@@ -175,11 +200,15 @@ def _frame(header: dict, body: bytes = b"") -> bytes:
 def test_malformed_frames_get_an_error_and_the_server_lives_on(toy):
     module, sock, _, proc = toy
     cases = [
-        struct.pack("<QI", meter_wire.MAX_FRAME + 1, 10),                  # too large
-        _frame({"op": "new", "cls": "toy.Split", "args": [{"$a": 0, "dtype": "int64", "shape": [4]}],
-                "buffers": [3]}, b"abc"),                                 # shape against bytes
-        _frame({"op": "new", "cls": "toy.Split", "args": [{"$a": 0, "dtype": "object", "shape": [1]}],
-                "buffers": [8]}, b"x" * 8),                               # no object arrays
+        struct.pack("<QI", meter_wire.MAX_FRAME + 1, 10),  # too large
+        _frame(
+            {"op": "new", "cls": "toy.Split", "args": [{"$a": 0, "dtype": "int64", "shape": [4]}], "buffers": [3]},
+            b"abc",
+        ),  # shape against bytes
+        _frame(
+            {"op": "new", "cls": "toy.Split", "args": [{"$a": 0, "dtype": "object", "shape": [1]}], "buffers": [8]},
+            b"x" * 8,
+        ),  # no object arrays
         _frame({"op": "new", "cls": "toy.Split", "args": [{"$v": "os.environ", "f": {}}], "buffers": []}),
         _frame({"op": "new", "cls": "toy.Split", "args": [{"$r": 1}], "buffers": [5]}, b"ab"),  # buffers lie
     ]
@@ -212,12 +241,17 @@ def test_without_the_variable_a_class_is_itself(monkeypatch):
 
     class C:
         pass
+
     assert meter_wire.remote(C) is C
 
 
 def test_the_meter_block_is_parsed_strictly():
-    ok = {"held": ["data/train_*.u8"], "classes": {"data.TrainingSplit": {"construct": ["scale"], "methods": ["get"],
-                                                                          "attributes": ["served"], "len": True}}}
+    ok = {
+        "held": ["data/train_*.u8"],
+        "classes": {
+            "data.TrainingSplit": {"construct": ["scale"], "methods": ["get"], "attributes": ["served"], "len": True}
+        },
+    }
     m = parse_meter(ok, "t")
     assert m.held == ("data/train_*.u8",) and m.classes["data.TrainingSplit"].construct == ("scale",)
     bad = [
@@ -238,6 +272,7 @@ def test_the_held_files_leave_the_training_copy(tmp_path):
     task = load_task("optimizer")
     assert task.meter is not None
     import shutil
+
     shutil.copytree(task.repo, tmp_path / "r")
     held = {p.name for p in held_files(task, tmp_path / "r")}
     assert {"train_ci.u8", "train_smoke.u8"} <= held and "val.u8" not in held
@@ -269,6 +304,7 @@ def test_a_meter_that_cannot_start_is_the_machines_fault(tmp_path):
     from types import SimpleNamespace
 
     from ai4ai.grading.training import EnvironmentFault, _meter
+
     task = load_task("optimizer")
     repo = tmp_path / "repo"
     shutil.copytree(task.repo, repo)
@@ -291,26 +327,33 @@ def test_a_graded_teacher_goes_to_the_meters_copy_only(tmp_path, monkeypatch):
     from ai4ai.grading.training import build_meter_copy, build_training_copy, meter_needs_graded
     from ai4ai.repo.preparing import read_sums, write_sums
     from ai4ai.repo.submission import Submission
+
     task = load_task("distillation")
     graded = tmp_path / "graded"
     (graded / "artifacts").mkdir(parents=True)
-    shutil.copyfile(task.repo / "artifacts" / "teacher_smoke.safetensors", graded / "artifacts" / "teacher_ci.safetensors")
+    shutil.copyfile(
+        task.repo / "artifacts" / "teacher_smoke.safetensors", graded / "artifacts" / "teacher_ci.safetensors"
+    )
     digest = hashlib.sha256((graded / "artifacts" / "teacher_ci.safetensors").read_bytes()).hexdigest()
     write_sums(graded, {"artifacts/teacher_ci.safetensors": digest})
     assert meter_needs_graded(task, graded)
     assert not meter_needs_graded(task, None)
-    assert not meter_needs_graded(load_task("sft"), graded)        # sft's meter holds data, not its base
+    assert not meter_needs_graded(load_task("sft"), graded)  # sft's meter holds data, not its base
 
     empty = Submission(files={}, rejected={}, patch="", lines_added=0, lines_removed=0)
     train = build_training_copy(task, empty, tmp_path / "train", graded)
     assert not list((train / "artifacts").glob("teacher_*")) and not list((train / "data").glob("train_*"))
     meter_repo = build_meter_copy(task, tmp_path / "meter", graded)
     assert read_sums(meter_repo / "artifacts")["teacher_ci.safetensors"] == digest
-    assert (meter_repo / "artifacts" / "teacher_ci.safetensors").read_bytes() == \
-        (task.repo / "artifacts" / "teacher_smoke.safetensors").read_bytes()
+    assert (meter_repo / "artifacts" / "teacher_ci.safetensors").read_bytes() == (
+        task.repo / "artifacts" / "teacher_smoke.safetensors"
+    ).read_bytes()
 
-    prompts = torch.from_numpy(np.frombuffer((task.repo / "data" / "val.u8").read_bytes(), np.uint8)
-                               .reshape(-1, 20)[:200, :12].astype(np.int64))
+    prompts = torch.from_numpy(
+        np.frombuffer((task.repo / "data" / "val.u8").read_bytes(), np.uint8)
+        .reshape(-1, 20)[:200, :12]
+        .astype(np.int64)
+    )
 
     def served_answers(repo):
         with serving(task, "ci", 3, "cpu", tmp_path / "meter.log", tmp_path / "meter.json", repo=repo) as served:
@@ -320,6 +363,7 @@ def test_a_graded_teacher_goes_to_the_meters_copy_only(tmp_path, monkeypatch):
             out = teacher.generate(prompts)
             meter_wire._Connection._conn = None
             return out
+
     visible, graded_answers = served_answers(None), served_answers(meter_repo)
     # what each teacher itself answers, computed here from its file
     monkeypatch.syspath_prepend(str(task.repo))
@@ -334,6 +378,7 @@ def test_a_graded_teacher_goes_to_the_meters_copy_only(tmp_path, monkeypatch):
             for k, p in t.named_parameters():
                 p.copy_(state[k])
         return model.greedy_generate(t.eval(), prompts)
+
     assert torch.equal(graded_answers, own(graded / "artifacts" / "teacher_ci.safetensors"))
     assert torch.equal(visible, own(task.repo / "artifacts" / "teacher_ci.safetensors"))
     assert not torch.equal(visible, graded_answers)

@@ -1,6 +1,7 @@
 """The full tier's declared costs (conf/task/<task>.yaml, full: estimate, peak_gpu_gib) and the dry-run
 lines built from them (ai4ai.grading.plan), for every task: the estimate agrees with the repo's config.py and
 train.py, its README shows the same figures, and the prepare lines follow the cache's real state."""
+
 import ast
 import importlib.util
 import math
@@ -74,7 +75,7 @@ def test_estimate_matches_the_repo_config_and_training_loop(name):
     amount, steps = _shipped_run(task)
     assert e.amount == amount, f"{name}: estimate.amount {e.amount:,} but config.py/train.py give {amount:,}"
     assert e.steps == steps, f"{name}: estimate.steps {e.steps:,} but config.py/train.py give {steps:,}"
-    if e.units == "tokens":      # 2N (one forward) to 8N (forward, backward, a reference forward) per token
+    if e.units == "tokens":  # 2N (one forward) to 8N (forward, backward, a reference forward) per token
         k = e.flops / (b.n_params * e.amount)
         assert 1.9 <= k <= 8.5, f"{name}: {e.flops:.2e} FLOPs is {k:.1f} x params x tokens"
     assert 0 < b.peak_gpu_gib <= 139, f"{name}: peak {b.peak_gpu_gib} GiB does not fit one H200"
@@ -89,8 +90,9 @@ def test_full_is_sized_for_one_gpu_and_the_default_cap_follows_the_estimate(name
     # the cap until calibrated: ~3 x the expected run (the measured step where there is one), at most the
     # window; a seed at the grading cap (1.5 x the run) must still fit in the window
     expected = min(b.window_s, max(b.cap_min_s, 3 * e.expected_minutes * 60))
-    assert 0.9 * expected <= b.default_cap_s <= 1.1 * expected or b.default_cap_s == b.window_s, \
+    assert 0.9 * expected <= b.default_cap_s <= 1.1 * expected or b.default_cap_s == b.window_s, (
         f"{name}: default_cap_s {b.default_cap_s:.0f} s, not ~3 x the expected run ({expected:.0f} s)"
+    )
     assert b.default_cap_s <= b.window_s and b.cap_factor * e.expected_minutes * 60 <= b.window_s
     h = gpu_hours(load_task(name))
     assert h["calibration_h"] == pytest.approx(5 * e.expected_minutes / 60)
@@ -102,6 +104,7 @@ def test_a_measured_step_replaces_the_estimate_in_planning(tmp_path, monkeypatch
     use the measurement (and say so), the declared estimate stays as the repo's README states it; a
     measured block without its `how`, or with a step that is not positive, is refused by name."""
     from ai4ai.core import task as task_mod
+
     t = load_task("optimizer")
     e = t.scale("full").estimate
     assert e.measured_step_ms is not None and e.measured_step_ms > 2 * e.step_ms
@@ -110,8 +113,10 @@ def test_a_measured_step_replaces_the_estimate_in_planning(tmp_path, monkeypatch
     line = next(x for x in plan_lines(t, "full", check=False) if x.startswith("on a GPU"))
     assert f"{e.measured_step_ms:g} ms a step, measured" in line and "first estimated at 8 ms" in line
     src = (task_mod.TASK_DIR / "optimizer.yaml").read_text()
-    for bad, says in ((src.replace("        step_ms: 24.0\n", "        step_ms: -1\n"), "step_ms must be positive"),
-                      (src.replace("        how: ", "        why: "), "measured")):
+    for bad, says in (
+        (src.replace("        step_ms: 24.0\n", "        step_ms: -1\n"), "step_ms must be positive"),
+        (src.replace("        how: ", "        why: "), "measured"),
+    ):
         (tmp_path / "optimizer.yaml").write_text(bad)
         monkeypatch.setattr(task_mod, "TASK_DIR", tmp_path)
         with pytest.raises(task_mod.TaskError, match=says):
@@ -123,9 +128,14 @@ def test_readme_shows_the_declared_figures(name):
     task = load_task(name)
     b, text = task.scale("full"), (task.repo / "README.md").read_text()
     e = b.estimate
-    for row in (f"| parameters | {b.n_params:,} |", f"| steps | {e.steps:,} |", f"| {e.amount:,} |",
-                f"| model FLOPs | {e.flops:.1e} |", f"| expected minutes | {e.minutes:g} |",
-                f"| expected peak GPU memory | {b.peak_gpu_gib:g} GiB |"):
+    for row in (
+        f"| parameters | {b.n_params:,} |",
+        f"| steps | {e.steps:,} |",
+        f"| {e.amount:,} |",
+        f"| model FLOPs | {e.flops:.1e} |",
+        f"| expected minutes | {e.minutes:g} |",
+        f"| expected peak GPU memory | {b.peak_gpu_gib:g} GiB |",
+    ):
         assert row in text, f"{task.repo.name}/README.md lacks {row!r}"
 
 
@@ -180,7 +190,7 @@ def test_prepare_lines_follow_the_cache_state(tmp_path):
     dest = _fake_cache(task, tmp_path, {"train_full.u8": b"\x01" * 256, "val.u8": b"\x02" * 128})
     line = prepare_lines(task, "full", tmp_path)[0]
     assert "cached, 2 files verified (train_full.u8, val.u8)" in line
-    (dest / "val.u8").unlink()          # data_mounts removes the validation split: still complete
+    (dest / "val.u8").unlink()  # data_mounts removes the validation split: still complete
     assert "cached" in prepare_lines(task, "full", tmp_path)[0]
     (dest / "train_full.u8").write_bytes(b"\x03" * 256)
     damaged = prepare_lines(task, "full", tmp_path)
@@ -198,7 +208,6 @@ def test_shrunk_full_has_its_own_cache_key(monkeypatch):
     assert prep.cache_key(task) == f"{full}-shrunk-cpu" and prep.shrink_env() == {prep.SHRINK_ENV: "cpu"}
 
 
-
 def test_prepared_artifacts_are_made_readable_by_the_sandbox_user(tmp_path):
     """safetensors writes 0600 files; training reads the prepared model as an unprivileged user."""
     import dataclasses
@@ -206,6 +215,7 @@ def test_prepared_artifacts_are_made_readable_by_the_sandbox_user(tmp_path):
 
     import torch
     from safetensors.torch import save_file
+
     task = load_task("sft")
     repo = tmp_path / "repo"
     (repo / "artifacts").mkdir(parents=True)
@@ -213,25 +223,30 @@ def test_prepared_artifacts_are_made_readable_by_the_sandbox_user(tmp_path):
     save_file({"w": torch.zeros(2)}, str(art))
     (art.parent / "SHA256SUMS").write_text(f"{prep.sha256_file(art)}  {art.name}\n")
     (art.parent / "SHA256SUMS").chmod(0o600)
-    art.chmod(0o600)                    # as safetensors 0.8 leaves it
+    art.chmod(0o600)  # as safetensors 0.8 leaves it
     prep.readable(dataclasses.replace(task, repo=repo))
     for f in (art, art.parent / "SHA256SUMS"):
         assert stat.S_IMODE(f.stat().st_mode) & 0o444 == 0o444, f
+
 
 def _raw(name):
     import yaml
 
     from ai4ai.core.task import TASK_DIR
+
     return yaml.safe_load((TASK_DIR / f"{name}.yaml").read_text())
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda e: e.update(minutes=e["minutes"] * 3), "disagrees with steps x step_ms"),
-    (lambda e: e.update(units="parsecs"), "units must be one of"),
-    (lambda e: e.update(watts=700), "unknown keys"),
-    (lambda e: e.pop("basis"), "missing keys"),
-    (lambda e: e.update(steps=0), "must be positive"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda e: e.update(minutes=e["minutes"] * 3), "disagrees with steps x step_ms"),
+        (lambda e: e.update(units="parsecs"), "units must be one of"),
+        (lambda e: e.update(watts=700), "unknown keys"),
+        (lambda e: e.pop("basis"), "missing keys"),
+        (lambda e: e.update(steps=0), "must be positive"),
+    ],
+)
 def test_the_estimate_is_parsed_strictly(edit, message):
     raw = _raw("optimizer")
     edit(raw["scales"]["full"]["estimate"])
@@ -252,8 +267,9 @@ def test_peak_memory_is_optional_and_numeric():
 
 def test_calibration_estimate_and_the_cut_check():
     from ai4ai.grading.seeds import SeedResult
+
     task = load_task("sft")
-    m = task.scale("full").estimate.expected_minutes            # sft: its step measured on an H200
+    m = task.scale("full").estimate.expected_minutes  # sft: its step measured on an H200
     assert m > 90 and calibration_estimate_s(task, "full") == pytest.approx(5 * (m * 60 + 15))
     assert calibration_estimate_s(task, "smoke") is None
     done = SeedResult(seed=1000, status="graded", reason=None, raw=0.4, train_s=2200.0, timed_out=False)

@@ -1,5 +1,6 @@
 """The task version keys the anchors: it moves with what the shipped algorithm's grading depends on,
 and with nothing else."""
+
 import shutil
 from dataclasses import replace
 
@@ -22,6 +23,7 @@ def project(tmp_path, monkeypatch):
 
     class T:
         name, repo, grader = task.name, root / "repos_frozen/optimizer", root / "grader_hidden/optimizer"
+
     return root, T
 
 
@@ -29,10 +31,14 @@ def test_version_ignores_prose_allowances_and_unused_kernels(project):
     root, task = project
     v = provenance.task_version(task)
     cfg = root / "conf/task/optimizer.yaml"
-    cfg.write_text(cfg.read_text().replace("description: >-", "description: >-\n  Reworded.")
-                   .replace("n_params:", "n_params: 1 #", 1) + "\n# a comment\n")
+    cfg.write_text(
+        cfg.read_text()
+        .replace("description: >-", "description: >-\n  Reworded.")
+        .replace("n_params:", "n_params: 1 #", 1)
+        + "\n# a comment\n"
+    )
     (root / "ai4ai_kernels" / "README.md").write_text("rewritten")
-    (root / "ai4ai_kernels" / "adamw.py").write_text("# changed\n")        # no optimizer file imports the kernels
+    (root / "ai4ai_kernels" / "adamw.py").write_text("# changed\n")  # no optimizer file imports the kernels
     (root / "grader_hidden/optimizer/anchors.yaml").write_text("records: []\n")
     assert provenance.task_version(task) == v
     assert provenance.benchmark_version() != ""
@@ -49,7 +55,7 @@ def test_version_moves_with_what_grading_depends_on(project, change):
     elif change == "config":
         cfg = root / "conf/task/optimizer.yaml"
         cfg.write_text(cfg.read_text().replace("threads: 2", "threads: 1", 1))
-    elif change == "common":            # the graders' shared library, which optimizer's grader imports
+    elif change == "common":  # the graders' shared library, which optimizer's grader imports
         (root / "grader_hidden/common/lm.py").write_text("# changed\n")
     else:
         (root / "repos_frozen/optimizer/train.py").write_text("import ai4ai_kernels\n")
@@ -78,12 +84,13 @@ def test_preparing_full_artifacts_leaves_the_ci_and_smoke_versions(tmp_path):
     """`python -m ai4ai.prepare scale=full` writes its prepared model and a checksum line into the repo:
     the full version moves with them (its anchors depend on that model), ci and smoke do not."""
     from dataclasses import replace
+
     task = load_task("sft")
     repo = tmp_path / "sft"
     shutil.copytree(task.repo, repo, ignore=shutil.ignore_patterns("__pycache__"))
     t = replace(task, repo=repo)
     before = {s: provenance.task_version(t, s) for s in ("ci", "smoke", "full")}
-    assert before["ci"] == provenance.task_version(task, "ci")        # the copy hashes as the original
+    assert before["ci"] == provenance.task_version(task, "ci")  # the copy hashes as the original
     (art,) = task.artifacts.writes
     (repo / art).write_bytes(b"a prepared full-scale model")
     sums = repo / art.rsplit("/", 1)[0] / "SHA256SUMS"
@@ -92,7 +99,7 @@ def test_preparing_full_artifacts_leaves_the_ci_and_smoke_versions(tmp_path):
     assert after["ci"] == before["ci"] and after["smoke"] == before["smoke"]
     assert after["full"] != before["full"]
     (repo / "train.py").write_text((repo / "train.py").read_text() + "\n# an edit\n")
-    assert provenance.task_version(t, "ci") != before["ci"]          # anything else still moves it
+    assert provenance.task_version(t, "ci") != before["ci"]  # anything else still moves it
 
 
 @pytest.fixture
@@ -116,11 +123,13 @@ def test_the_shared_grader_library_moves_exactly_the_versions_of_the_tasks_that_
     version of the others, whose anchors stay current."""
     root, tasks = graders
     users = {n for n, t in tasks.items() if hidden.uses_common(t.grader)}
-    assert users == {"optimizer", "pruning"}            # the HMM source and the LM likelihood
+    assert users == {"optimizer", "pruning"}  # the HMM source and the LM likelihood
     assert "common" not in tasks
     lib = root / "grader_hidden" / "common"
-    for edit in (lambda: (lib / "hmm.py").write_text((lib / "hmm.py").read_text() + "\n# an edit\n"),
-                 lambda: (lib / "extra.py").write_text("X = 1\n")):
+    for edit in (
+        lambda: (lib / "hmm.py").write_text((lib / "hmm.py").read_text() + "\n# an edit\n"),
+        lambda: (lib / "extra.py").write_text("X = 1\n"),
+    ):
         before = _versions(tasks)
         edit()
         after = _versions(tasks)
@@ -151,4 +160,4 @@ def test_a_grader_that_imports_a_missing_library_has_no_version(graders):
     shutil.rmtree(root / "grader_hidden" / "common")
     with pytest.raises(FileNotFoundError, match="shared library"):
         provenance.task_version(tasks["optimizer"], "ci")
-    assert provenance.task_version(tasks["sft"], "ci")         # a task that does not import it is unaffected
+    assert provenance.task_version(tasks["sft"], "ci")  # a task that does not import it is unaffected

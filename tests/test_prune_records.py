@@ -1,6 +1,7 @@
 """Records that stay current, around a brought model and from the command line: the base version a brought
 model's records carry, the registry (models.yaml) pruned when a model is registered, and
 tools/prune_records.py (its dry run changes nothing). The store's own rule is tested in test_anchors.py."""
+
 import hashlib
 import importlib.util
 import shutil
@@ -30,8 +31,11 @@ def brought(tmp_path):
     """optimizer on a grader copy in tmp_path, as models.with_model leaves it for a brought model (a model
     folder of one file; the repo stays the frozen one): (base task, derived task)."""
     grader = tmp_path / "grader"
-    shutil.copytree(load_task("optimizer").grader, grader,
-                    ignore=shutil.ignore_patterns("anchors.yaml", "calibration", "__pycache__"))
+    shutil.copytree(
+        load_task("optimizer").grader,
+        grader,
+        ignore=shutil.ignore_patterns("anchors.yaml", "calibration", "__pycache__"),
+    )
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "toy"}')
@@ -60,14 +64,26 @@ def test_a_brought_models_record_carries_its_base_version(brought):
 def test_registering_a_model_prunes_the_entries_no_current_version_can_use(brought):
     base, own = brought
     frozen = tree_sha256(base.repo)[:16]
-    old = [{"task_version": "legacy-stale", "frozen_repo": "0" * 16},
-           {"task_version": "legacy-current-repo", "frozen_repo": frozen},
-           {"task_version": "stale", "base_version": "0" * 16, "base_versions": {"ci": "x"}},
-           {"task_version": "another-model", "base_version": task_version(base), "base_versions": {}}]
+    old = [
+        {"task_version": "legacy-stale", "frozen_repo": "0" * 16},
+        {"task_version": "legacy-current-repo", "frozen_repo": frozen},
+        {"task_version": "stale", "base_version": "0" * 16, "base_versions": {"ci": "x"}},
+        {"task_version": "another-model", "base_version": task_version(base), "base_versions": {}},
+    ]
     (base.grader / models.REGISTRY).write_text(yaml.safe_dump({"models": old}))
-    info = models.ModelInfo(path=own.model_path, sha256=model_sha256(own.model_path), architecture="Toy",
-                            model_type="toy", n_params=1, vocab_size=32, tokenizer_size=32, token_ids=[],
-                            symbols=[], n_layers=None, hidden_size=None)
+    info = models.ModelInfo(
+        path=own.model_path,
+        sha256=model_sha256(own.model_path),
+        architecture="Toy",
+        model_type="toy",
+        n_params=1,
+        vocab_size=32,
+        tokenizer_size=32,
+        token_ids=[],
+        symbols=[],
+        n_layers=None,
+        hidden_size=None,
+    )
     models.register(own, info, frozen_repo=frozen)
     entries = models.entries(base.grader)
     assert [e["task_version"] for e in entries] == ["legacy-current-repo", "another-model", task_version(own)]
@@ -89,6 +105,7 @@ def test_the_tools_dry_run_lists_and_changes_nothing(capsys):
                 if p.is_file():
                     out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
         return out
+
     before = state()
     assert _tool().main(["--dry-run", "optimizer", "pruning"]) == 0
     out = capsys.readouterr().out

@@ -1,5 +1,6 @@
 """ai4ai.report from a fixture database: the numbers in the tables, the HTML in Chromium, and
 the results database under concurrent writers."""
+
 import csv
 import json
 import multiprocessing
@@ -22,8 +23,10 @@ from .fixtures.results import fake_result
 
 CLAUDE = {"kind": "claude", "model": "opus", "effort": "high", "paid": True}
 MUON = {"kind": "patch", "patch": "examples/optimizer/muon.patch"}
-LR_PATCH = ("--- a/optim.py\n+++ b/optim.py\n@@ -8,1 +8,1 @@\n-LR = 3e-3            # best constant rate of "
-            "{1.5e-3, 3e-3, 6e-3} at smoke (validation perplexity)\n+LR = 2e-3\n")
+LR_PATCH = (
+    "--- a/optim.py\n+++ b/optim.py\n@@ -8,1 +8,1 @@\n-LR = 3e-3            # best constant rate of "
+    "{1.5e-3, 3e-3, 6e-3} at smoke (validation perplexity)\n+LR = 2e-3\n"
+)
 
 
 def _add(db: Path, root: Path, name: str, result: dict, patch: str | None = None, curve: list | None = None) -> Path:
@@ -42,31 +45,100 @@ def _add(db: Path, root: Path, name: str, result: dict, patch: str | None = None
 def fixture_db(tmp_path):
     """Three agent configurations at ci on one device class, plus rows that must not mix in."""
     db, root = tmp_path / "results.sqlite", tmp_path / "runs"
-    def call(n, score, t):     # as ai4ai.core.trajectory.summary writes them
+
+    def call(n, score, t):  # as ai4ai.core.trajectory.summary writes them
         return {"call": n, "proxy_score": score, "proxy_metric": 9.0, "elapsed_s": t, "patch_sha256": "x"}
-    traj = {"proxy_calls": 3, "first_valid_proxy": call(1, 0.12, 60), "best_proxy": call(2, 0.35, 180),
-            "final_proxy": call(3, 0.30, 300), "regressed_after_best": True}
+
+    traj = {
+        "proxy_calls": 3,
+        "first_valid_proxy": call(1, 0.12, 60),
+        "best_proxy": call(2, 0.35, 180),
+        "final_proxy": call(3, 0.30, 300),
+        "regressed_after_best": True,
+    }
     _add(db, root, "base0", fake_result(seed=0, scores=[0.10], raws=[10.0]), patch="")
     # a row that a later one of the same run directory supersedes
     _add(db, root, "base1", fake_result(seed=1, scores=[0.50], raws=[7.0]), patch="")
     _add(db, root, "base1", fake_result(seed=1, scores=[0.12], raws=[9.8]), patch="")
     muon = example("muon.patch").read_text()
-    _add(db, root, "claude0", fake_result(agent="claude:opus:high", agent_config=CLAUDE, seed=0, scores=[0.28, 0.32],
-                                          raws=[8.0, 7.8], usd=1.5, trajectory=traj, files=["optim.py"],
-                                          patch_sha="a" * 64), patch=muon,
-         curve=[{"time": "2026-01-01T00:01:00+0000", "elapsed_s": 60, "event": "proxy", "proxy_score": 0.12},
-                {"time": "2026-01-01T00:02:00+0000", "elapsed_s": 120, "event": "mark"},
-                {"time": "2026-01-01T00:03:00+0000", "elapsed_s": 180, "event": "proxy", "proxy_score": 0.35},
-                {"time": "2026-01-01T00:05:00+0000", "elapsed_s": 300, "event": "proxy", "proxy_score": 0.30}])
-    _add(db, root, "claude1", fake_result(agent="claude:opus:high", agent_config=CLAUDE, seed=1, scores=[0.40],
-                                          raws=[7.5], usd=2.0, files=["optim.py"], patch_sha="b" * 64
-                                          ), patch=LR_PATCH)
-    _add(db, root, "claude_toy", fake_result(task="toy", agent="claude:opus:high", agent_config=CLAUDE, seed=0,
-                                             scores=[0.20], raws=[0.6], files=[], patch_sha="c" * 64), patch="")
-    _add(db, root, "claude_err", fake_result(agent="claude:opus:high", agent_config=CLAUDE, seed=2, status="error"),
-         patch="")
-    _add(db, root, "muon0", fake_result(agent="patch:muon", agent_config=MUON, seed=0, scores=[0.25], raws=[8.2],
-                                        backend="none", files=["optim.py"], patch_sha="d" * 64), patch=muon)
+    _add(
+        db,
+        root,
+        "claude0",
+        fake_result(
+            agent="claude:opus:high",
+            agent_config=CLAUDE,
+            seed=0,
+            scores=[0.28, 0.32],
+            raws=[8.0, 7.8],
+            usd=1.5,
+            trajectory=traj,
+            files=["optim.py"],
+            patch_sha="a" * 64,
+        ),
+        patch=muon,
+        curve=[
+            {"time": "2026-01-01T00:01:00+0000", "elapsed_s": 60, "event": "proxy", "proxy_score": 0.12},
+            {"time": "2026-01-01T00:02:00+0000", "elapsed_s": 120, "event": "mark"},
+            {"time": "2026-01-01T00:03:00+0000", "elapsed_s": 180, "event": "proxy", "proxy_score": 0.35},
+            {"time": "2026-01-01T00:05:00+0000", "elapsed_s": 300, "event": "proxy", "proxy_score": 0.30},
+        ],
+    )
+    _add(
+        db,
+        root,
+        "claude1",
+        fake_result(
+            agent="claude:opus:high",
+            agent_config=CLAUDE,
+            seed=1,
+            scores=[0.40],
+            raws=[7.5],
+            usd=2.0,
+            files=["optim.py"],
+            patch_sha="b" * 64,
+        ),
+        patch=LR_PATCH,
+    )
+    _add(
+        db,
+        root,
+        "claude_toy",
+        fake_result(
+            task="toy",
+            agent="claude:opus:high",
+            agent_config=CLAUDE,
+            seed=0,
+            scores=[0.20],
+            raws=[0.6],
+            files=[],
+            patch_sha="c" * 64,
+        ),
+        patch="",
+    )
+    _add(
+        db,
+        root,
+        "claude_err",
+        fake_result(agent="claude:opus:high", agent_config=CLAUDE, seed=2, status="error"),
+        patch="",
+    )
+    _add(
+        db,
+        root,
+        "muon0",
+        fake_result(
+            agent="patch:muon",
+            agent_config=MUON,
+            seed=0,
+            scores=[0.25],
+            raws=[8.2],
+            backend="none",
+            files=["optim.py"],
+            patch_sha="d" * 64,
+        ),
+        patch=muon,
+    )
     # other scale, other device class: separate sections
     _add(db, root, "smoke0", fake_result(scale="smoke", seed=0, scores=[0.09, 0.11, 0.10]), patch="")
     _add(db, root, "gpu0", fake_result(device_class="cuda:H200", seed=0, scores=[0.9]), patch="")
@@ -82,7 +154,7 @@ def _section(res, scale="ci", device="cpu:Test CPU:2"):
 def test_leaderboard_numbers_match_the_fixture(fixture_db, tmp_path):
     db, labels = fixture_db
     res = report(db, tmp_path / "out", labels=labels)
-    assert len(res["sections"]) == 3                   # ci/cpu, ci/cuda, smoke/cpu never mixed
+    assert len(res["sections"]) == 3  # ci/cpu, ci/cuda, smoke/cpu never mixed
     sec = _section(res)
     rows = {r["agent"]: r for r in sec.leaderboard}
     assert set(rows) == {"baseline", "claude:opus:high", "patch:muon†"}
@@ -97,7 +169,7 @@ def test_leaderboard_numbers_match_the_fixture(fixture_db, tmp_path):
     b = rows["baseline"]
     assert b["sigma"] == pytest.approx(0.11) and b["cost_usd"] is None and b["tasks"] == 1
     assert b["task:toy"] is None
-    assert [r["agent"] for r in sec.leaderboard][0] == "claude:opus:high"     # sorted by sigma
+    assert [r["agent"] for r in sec.leaderboard][0] == "claude:opus:high"  # sorted by sigma
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| claude:opus:high | claude | opus | high | 0.267 |" in md
     assert "ran without a sandbox" in md
@@ -156,9 +228,11 @@ def test_curve_reader_reads_what_the_proxy_writes_and_skips_junk(tmp_path):
     """One writer and one reader of trajectory.jsonl (ai4ai.core.trajectory): the curve is the writer's
     scored proxy calls; junk lines, other shapes and failed calls are skipped, not guessed at."""
     from ai4ai.core.trajectory import PROXY, SUBMIT, Trajectory
+
     t = Trajectory(tmp_path / "trajectory.jsonl", started=1000.0)
     t.start()
     import time as _time
+
     real = _time.time
     try:
         for at, score in ((1000.0, 0.1), (1180.0, 0.2), (1240.0, None)):
@@ -193,12 +267,23 @@ def test_superseded_rows_and_interval():
 def test_cli_writes_every_format(fixture_db, tmp_path):
     db, labels = fixture_db
     out = tmp_path / "cli"
-    p = subprocess.run(["python", "-m", "ai4ai.report", f"results={db}", f"out={out}", f"labels={labels}", "scale=ci"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        ["python", "-m", "ai4ai.report", f"results={db}", f"out={out}", f"labels={labels}", "scale=ci"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert "# ai4ai report" in p.stdout
-    for f in ("report.md", "report.html", "leaderboard.csv", "tasks.csv", "submissions.csv", "classes.csv",
-              "trajectories.csv"):
+    for f in (
+        "report.md",
+        "report.html",
+        "leaderboard.csv",
+        "tasks.csv",
+        "submissions.csv",
+        "classes.csv",
+        "trajectories.csv",
+    ):
         assert (out / f).is_file(), f
     assert load_runs(db)[1] == 1
 
@@ -216,16 +301,34 @@ window.addEventListener('load', function () {
 });
 </script>"""
 # no network: every host resolves nowhere and every proxy connection is refused
-OFFLINE = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-           "--disable-extensions", "--disable-sync", "--host-resolver-rules=MAP * ~NOTFOUND",
-           "--proxy-server=127.0.0.1:9", "--virtual-time-budget=10000"]
+OFFLINE = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--disable-extensions",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--proxy-server=127.0.0.1:9",
+    "--virtual-time-budget=10000",
+]
 
 
 def _chromium(args: list[str], home: Path) -> subprocess.CompletedProcess:
-    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "XDG_CONFIG_HOME": str(home / ".config"),
-           "XDG_CACHE_HOME": str(home / ".cache")}
-    return subprocess.run([CHROMIUM, *OFFLINE, f"--user-data-dir={home / 'profile'}", *args],
-                          capture_output=True, text=True, timeout=120, env=env)
+    env = {
+        "HOME": str(home),
+        "PATH": "/usr/bin:/bin",
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+    }
+    return subprocess.run(
+        [CHROMIUM, *OFFLINE, f"--user-data-dir={home / 'profile'}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
@@ -244,16 +347,17 @@ def test_html_renders_offline_in_chromium(fixture_db, tmp_path):
     m = re.search(r'<pre id="ai4ai-check">([^<]*)</pre>', dom.stdout)
     assert m, dom.stderr[-2000:]
     check = json.loads(m.group(1).replace("&quot;", '"'))
-    assert check["n"] >= 5 and check["ok"] == check["n"], check      # 2 sections x 2 plots + trajectories
+    assert check["n"] >= 5 and check["ok"] == check["n"], check  # 2 sections x 2 plots + trajectories
     assert check["tables"] >= 15
     shot = tmp_path / "shot.png"
     _chromium([f"--screenshot={shot}", "--window-size=1280,1600", (out / "report.html").as_uri()], tmp_path / "chrome")
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
     import matplotlib.image
+
     px = matplotlib.image.imread(str(shot))
     assert px.shape[0] >= 1000 and px.shape[1] >= 1000
-    assert px[..., :3].std() > 0.05                                   # not a blank page
+    assert px[..., :3].std() > 0.05  # not a blank page
     assert len({tuple(p) for p in (px[::7, ::7, :3] * 255).astype(int).reshape(-1, 3).tolist()}) > 20
 
 
@@ -291,7 +395,7 @@ def test_parallel_writers_lose_and_corrupt_nothing(tmp_path):
 
 def _open_at(args):
     db, start = args
-    while time.time() < start:          # every worker opens the fresh database at the same instant
+    while time.time() < start:  # every worker opens the fresh database at the same instant
         pass
     try:
         with record.connect(Path(db)) as con:
@@ -319,16 +423,25 @@ def test_a_task_graded_on_a_fresh_instance_gets_a_raw_metric_curve(tmp_path):
     """Its proxy calls carry the raw validation metric and no score (the visible instance has no
     anchors), so the σ curve has nothing to draw; the report draws the raw metric per task instead."""
     from ai4ai.analysis.reporting import plots
+
     db, root = tmp_path / "results.sqlite", tmp_path / "runs"
     result = fake_result(task="sft", agent="claude:opus:high", agent_config=CLAUDE, scores=[0.2], raws=[0.3])
     result["raw"].update(metric="exact_match", direction="max", transform="identity")
-    calls = [{"elapsed_s": t, "event": "proxy", "proxy_score": None, "proxy_metric": m, "status": s}
-             for t, m, s in ((60, 0.10, "ok"), (120, None, "invalid"), (240, 0.25, "ok"))]
+    calls = [
+        {"elapsed_s": t, "event": "proxy", "proxy_score": None, "proxy_metric": m, "status": s}
+        for t, m, s in ((60, 0.10, "ok"), (120, None, "invalid"), (240, 0.25, "ok"))
+    ]
     _add(db, root, "fresh0", result, patch="", curve=calls)
-    _add(db, root, "scored0", fake_result(seed=1, scores=[0.1]), patch="",
-         curve=[{"elapsed_s": 30, "event": "proxy", "proxy_score": 0.1, "proxy_metric": 10.0}])
+    _add(
+        db,
+        root,
+        "scored0",
+        fake_result(seed=1, scores=[0.1]),
+        patch="",
+        curve=[{"elapsed_s": 30, "event": "proxy", "proxy_score": 0.1, "proxy_metric": 10.0}],
+    )
     sec = _section(report(db, tmp_path / "out", formats=("md",)))
-    assert list(sec.curves) == ["baseline optimizer s1"]           # the scored run: its σ curve, as before
+    assert list(sec.curves) == ["baseline optimizer s1"]  # the scored run: its σ curve, as before
     assert sec.raw_curves == {"sft": ("exact_match", "max", {"claude:opus:high sft s0": [(1.0, 0.10), (4.0, 0.25)]})}
     titles = [t for t, png in plots(sec) if png]
     assert "Proxy trajectories over the agent window" in titles

@@ -1,4 +1,5 @@
 """The sandbox: no project root, no hidden grader, no network, writes only where allowed, caps end trees."""
+
 import sys
 import time
 import uuid
@@ -17,8 +18,14 @@ def _sandbox(tmp_path, backend="bwrap"):
     home = tmp_path / "home"
     (home / "tmp").mkdir(parents=True)
     ws.mkdir(exist_ok=True)
-    sb = Sandbox(backend=backend, mounts=[Mount("/workspace", ws, True), Mount("/home/agent", home, True),
-                                          Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False)])
+    sb = Sandbox(
+        backend=backend,
+        mounts=[
+            Mount("/workspace", ws, True),
+            Mount("/home/agent", home, True),
+            Mount("/opt/ai4ai/ai4ai_kernels", KERNELS_DIR, False),
+        ],
+    )
     sb.env = sb.base_env("/home/agent")
     return sb, ws
 
@@ -40,7 +47,7 @@ def test_agent_cannot_read_the_hidden_grader_or_the_project(tmp_path):
     secrets = PROJECT_ROOT / "grader_hidden" / "optimizer" / "secrets.yaml"
     script = f"""
 import os, importlib.util
-for p in [{str(secrets)!r}, {str(PROJECT_ROOT / 'README.md')!r}]:
+for p in [{str(secrets)!r}, {str(PROJECT_ROOT / "README.md")!r}]:
     print(p, 'EXISTS' if os.path.exists(p) else 'absent')
 root = {str(PROJECT_ROOT.resolve())!r}
 print('root holds:', sorted(os.listdir(root)) if os.path.isdir(root) else None)
@@ -81,7 +88,7 @@ def test_writes_outside_the_writable_mounts_fail(tmp_path):
     script = f"""
 import os
 for p in ['/workspace/ok.txt', {str(victim)!r}, '/usr/planted.py', '/opt/ai4ai/ai4ai_kernels/planted.py',
-          {str(PROJECT_ROOT / 'planted.txt')!r}]:
+          {str(PROJECT_ROOT / "planted.txt")!r}]:
     try:
         open(p, 'w').write('x'); print('WROTE', p)
     except OSError as e:
@@ -137,6 +144,7 @@ def test_processes_left_after_a_normal_exit_are_ended(tmp_path, backend):
 
 def test_sandbox_refuses_to_mount_the_project_root(tmp_path):
     from ai4ai.sandbox.box import SandboxError
+
     sb = Sandbox(backend="bwrap", mounts=[Mount("/workspace", PROJECT_ROOT, True)])
     with pytest.raises(SandboxError, match="project root"):
         sb.argv(["true"], "/workspace")
@@ -151,7 +159,7 @@ def test_sigterm_grace_lets_a_run_save_before_the_kill(tmp_path, backend):
     script = f"""
 import signal, sys, time
 def on_term(*_):
-    open({sb.path('/workspace')!r} + '/saved_on_term', 'w').write('ok'); sys.exit(0)
+    open({sb.path("/workspace")!r} + '/saved_on_term', 'w').write('ok'); sys.exit(0)
 signal.signal(signal.SIGTERM, on_term)
 print('ready', flush=True)
 time.sleep(300)

@@ -24,25 +24,29 @@ def test_unchanged_workspace_is_an_empty_submission(optimizer_task, repo_copy):
 def test_editable_change_round_trips(optimizer_task, repo_copy, tmp_path):
     p = repo_copy / "optim.py"
     p.write_text(p.read_text().replace("LR = 3e-3", "LR = 2e-3"))
-    (repo_copy / "algorithm" / "sched.py").write_text("def f():\n    return 1")   # no trailing newline
+    (repo_copy / "algorithm" / "sched.py").write_text("def f():\n    return 1")  # no trailing newline
     sub = _sub(optimizer_task, optimizer_task.repo, repo_copy)
     assert sorted(sub.files) == ["algorithm/sched.py", "optim.py"] and not sub.rejected
     again = from_patch(optimizer_task, optimizer_task.repo, sub.patch)
     assert again.files == sub.files
     dest = tmp_path / "applied"
     import shutil
+
     shutil.copytree(optimizer_task.repo, dest)
     apply(again, dest)
     assert (dest / "optim.py").read_text() == p.read_text()
     assert (dest / "algorithm" / "sched.py").read_text() == "def f():\n    return 1"
 
 
-@pytest.mark.parametrize("rel,reason", [
-    ("model.py", "protected"),
-    ("data.py", "protected"),
-    ("notes/plan.py", "outside the editable paths"),
-    ("algorithm/weights.txt", "outside the editable paths"),
-])
+@pytest.mark.parametrize(
+    "rel,reason",
+    [
+        ("model.py", "protected"),
+        ("data.py", "protected"),
+        ("notes/plan.py", "outside the editable paths"),
+        ("algorithm/weights.txt", "outside the editable paths"),
+    ],
+)
 def test_changes_outside_the_editable_region_are_rejected(optimizer_task, repo_copy, rel, reason):
     target = repo_copy / rel
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -76,26 +80,32 @@ def test_oversized_patch_rejects_everything(optimizer_task, repo_copy):
     assert sub.files == {} and "limit" in sub.rejected["algorithm/big.py"] and "optim.py" in sub.rejected
 
 
-@pytest.mark.parametrize("code,what", [
-    ('W = "' + "ab" * 3000 + '"\n', "string literal"),
-    ("W = b'" + "\\x01" * 2000 + "'\n", "string literal"),
-    ("W = 0." + "1" * 60 + "\n", "numeric literal"),
-    ("W = [" + ", ".join(str(i * 0.5) for i in range(400)) + "]\n", "literal display"),
-    ("W = {" + ", ".join(f"{i}: -{i}" for i in range(300)) + "}\n", "literal display"),
-])
+@pytest.mark.parametrize(
+    "code,what",
+    [
+        ('W = "' + "ab" * 3000 + '"\n', "string literal"),
+        ("W = b'" + "\\x01" * 2000 + "'\n", "string literal"),
+        ("W = 0." + "1" * 60 + "\n", "numeric literal"),
+        ("W = [" + ", ".join(str(i * 0.5) for i in range(400)) + "]\n", "literal display"),
+        ("W = {" + ", ".join(f"{i}: -{i}" for i in range(300)) + "}\n", "literal display"),
+    ],
+)
 def test_long_literals_are_rejected(optimizer_task, repo_copy, code, what):
     (repo_copy / "algorithm" / "smuggle.py").write_text(code)
     sub = _sub(optimizer_task, optimizer_task.repo, repo_copy)
     assert what in sub.rejected["algorithm/smuggle.py"]
 
 
-@pytest.mark.parametrize("path,reason", [
-    ("/etc/passwd", "absolute path"),
-    ("../escape.py", "path escapes"),
-    ("algorithm/../model.py", "path escapes"),
-    ("model.py", "protected"),
-    ("algorithm/we ird.py", "characters"),
-])
+@pytest.mark.parametrize(
+    "path,reason",
+    [
+        ("/etc/passwd", "absolute path"),
+        ("../escape.py", "path escapes"),
+        ("algorithm/../model.py", "path escapes"),
+        ("model.py", "protected"),
+        ("algorithm/we ird.py", "characters"),
+    ],
+)
 def test_patch_paths_are_filtered(optimizer_task, path, reason):
     patch = f"--- /dev/null\n+++ b/{path.lstrip('/') if path.startswith('/') else path}\n@@ -0,0 +1,1 @@\n+x = 1\n"
     if path.startswith("/"):
@@ -144,7 +154,7 @@ def test_every_example_is_within_the_information_budget(path, scale):
 def test_information_budget_is_sized_per_scale_against_the_model():
     task = load_task("pruning")
     floor = information_budget(load_task("distillation"), "ci")[0]
-    assert floor == INFO_FLOOR_BYTES                        # a 14k-parameter model: the floor
+    assert floor == INFO_FLOOR_BYTES  # a 14k-parameter model: the floor
     full = information_budget(task, "full")[0]
     assert full == int(INFO_FRACTION * 2 * task.scale("full").n_params) > information_budget(task, "ci")[0]
     assert information_budget(task)[0] == min(information_budget(task, s)[0] for s in task.scales)
@@ -155,8 +165,10 @@ def test_a_rejection_names_the_file_the_kind_and_the_line(optimizer_task, repo_c
     (repo_copy / "optim.py").write_text((repo_copy / "optim.py").read_text() + "\n# tuned later\n")
     sub = _sub(optimizer_task, optimizer_task.repo, repo_copy)
     assert list(sub.files) == ["optim.py"]
-    assert sub.rejected == {"algorithm/notes.py": "320 characters of base64-like runs (32+ characters) from "
-                                                  "line 2 (320 in the patch, allowance 128)"}
+    assert sub.rejected == {
+        "algorithm/notes.py": "320 characters of base64-like runs (32+ characters) from "
+        "line 2 (320 in the patch, allowance 128)"
+    }
 
 
 def test_only_added_text_counts(optimizer_task, repo_copy):
@@ -169,7 +181,7 @@ def test_only_added_text_counts(optimizer_task, repo_copy):
     base = repo_copy.parent / "base"
     shutil.copytree(repo_copy, base)
     p.write_text(p.read_text() + "".join(f"D{i} = {i}\n" for i in range(100)))
-    assert "algorithm/consts.py" in _sub(optimizer_task, base, repo_copy).files     # 100 added
+    assert "algorithm/consts.py" in _sub(optimizer_task, base, repo_copy).files  # 100 added
     assert "numeric constants" in _sub(optimizer_task, optimizer_task.repo, repo_copy).rejected["algorithm/consts.py"]
 
 
@@ -194,10 +206,15 @@ def test_declared_parameter_counts_match_the_models():
     import json
     import subprocess
     import sys
+
     tasks = {t: load_task(t) for t in list_tasks()}
-    r = subprocess.run([sys.executable, "-c", COUNT_PARAMS, json.dumps({t: str(v.repo) for t, v in tasks.items()})],
-                       capture_output=True, text=True, timeout=600,
-                       env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"})
+    r = subprocess.run(
+        [sys.executable, "-c", COUNT_PARAMS, json.dumps({t: str(v.repo) for t, v in tasks.items()})],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     built = json.loads(r.stdout.splitlines()[-1])
     declared = {t: {s: b.n_params for s, b in v.scales.items()} for t, v in tasks.items()}

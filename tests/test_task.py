@@ -23,24 +23,36 @@ def test_tasks_are_discovered_by_file():
     assert parse_task(d, "test").deterministic is True
 
 
-@pytest.mark.parametrize("mutate,msg", [
-    (lambda d: d.update(surprise=1), "unknown keys"),
-    (lambda d: d["metric"].update(direction="up"), "direction"),
-    (lambda d: d["scales"]["smoke"].update(calibration_seeds=[1, 2]), "at least 5"),
-    (lambda d: d["scales"]["smoke"].update(grader_seeds=[1000]), "disjoint"),
-    (lambda d: d["scales"].update(huge=d["scales"]["ci"]), "unknown scale"),
-    (lambda d: d.pop("entry"), "missing keys"),
-    (lambda d: d.update(model="model.build_model"), "module:function"),
-    (lambda d: d.update(deterministic="yes"), "deterministic must be true or false"),
-    (lambda d: (d["data"].update(grading="grading_data"), d["data"].pop("env")), "data.grading needs data.env"),
-    (lambda d: (d["data"].update(grading="grading_data"), d.pop("meter")), "data.grading needs data.env"),
-    # optimizer prepares nothing: instance-dependent prepared models need the prepare step that makes them
-    (lambda d: d["data"].update(grading_artifacts=["artifacts/base_{scale}.safetensors"]),
-     "data.grading_artifacts needs data.grading"),
-    (lambda d: (d["data"].update(grading_artifacts=["a"], artifacts={"command": "python prepare.py", "writes": ["a"],
-                                                                      "scales": ["full"]}), d["data"].pop("grading")),
-     "data.grading_artifacts needs data.grading"),
-])
+@pytest.mark.parametrize(
+    "mutate,msg",
+    [
+        (lambda d: d.update(surprise=1), "unknown keys"),
+        (lambda d: d["metric"].update(direction="up"), "direction"),
+        (lambda d: d["scales"]["smoke"].update(calibration_seeds=[1, 2]), "at least 5"),
+        (lambda d: d["scales"]["smoke"].update(grader_seeds=[1000]), "disjoint"),
+        (lambda d: d["scales"].update(huge=d["scales"]["ci"]), "unknown scale"),
+        (lambda d: d.pop("entry"), "missing keys"),
+        (lambda d: d.update(model="model.build_model"), "module:function"),
+        (lambda d: d.update(deterministic="yes"), "deterministic must be true or false"),
+        (lambda d: (d["data"].update(grading="grading_data"), d["data"].pop("env")), "data.grading needs data.env"),
+        (lambda d: (d["data"].update(grading="grading_data"), d.pop("meter")), "data.grading needs data.env"),
+        # optimizer prepares nothing: instance-dependent prepared models need the prepare step that makes them
+        (
+            lambda d: d["data"].update(grading_artifacts=["artifacts/base_{scale}.safetensors"]),
+            "data.grading_artifacts needs data.grading",
+        ),
+        (
+            lambda d: (
+                d["data"].update(
+                    grading_artifacts=["a"],
+                    artifacts={"command": "python prepare.py", "writes": ["a"], "scales": ["full"]},
+                ),
+                d["data"].pop("grading"),
+            ),
+            "data.grading_artifacts needs data.grading",
+        ),
+    ],
+)
 def test_bad_task_configs_are_rejected_with_a_reason(mutate, msg):
     d = copy.deepcopy(RAW)
     mutate(d)
@@ -79,6 +91,7 @@ def test_contract_checks_pass_for_optimizer():
 def test_contract_checks_catch_a_corrupted_data_file(tmp_path, monkeypatch):
     import shutil
     from dataclasses import replace
+
     t = load_task("optimizer")
     repo = tmp_path / "repo"
     shutil.copytree(t.repo, repo)
@@ -91,10 +104,12 @@ def test_contract_checks_catch_a_corrupted_data_file(tmp_path, monkeypatch):
 
 def test_benchmark_version_ignores_anchor_records_but_not_the_grader(tmp_path, monkeypatch):
     import ai4ai.core.provenance as prov
+
     v = benchmark_version()
     assert v == benchmark_version()
     fake_root = tmp_path / "root"
     import shutil
+
     for d in ("repos_frozen", "grader_hidden", "conf/task", "ai4ai_kernels"):
         shutil.copytree(PROJECT_ROOT / d, fake_root / d, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(prov, "PROJECT_ROOT", fake_root)
@@ -111,6 +126,7 @@ def test_task_version_ignores_other_tasks(tmp_path, monkeypatch):
     from dataclasses import replace
 
     import ai4ai.core.provenance as prov
+
     fake_root = tmp_path / "root"
     for d in ("repos_frozen", "grader_hidden", "conf/task", "ai4ai_kernels"):
         shutil.copytree(PROJECT_ROOT / d, fake_root / d, ignore=shutil.ignore_patterns("__pycache__"))
@@ -132,6 +148,7 @@ def test_the_shipped_check_fails_a_correct_record_at_its_stated_rate():
     import numpy as np
 
     from ai4ai.analysis.task_checks import shipped_tolerance
+
     rng = np.random.default_rng(0)
     draws = 400_000
     for n_graded, n_cal in ((3, 5), (3, 10), (1, 5)):

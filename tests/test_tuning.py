@@ -1,5 +1,6 @@
 """check_task tuning=true: the sweep's patches change only the named constants, a malformed
 `tuning:` block is refused with a reason, and a real sweep grades at ci."""
+
 import ast
 import copy
 
@@ -36,8 +37,11 @@ def test_patch_changes_exactly_the_named_constants_and_nothing_else():
         assert a.split("#", 1)[1] == b.split("#", 1)[1]
     # the module is the same statement for statement, but for those two values
     tree = ast.parse(new)
-    values = {n.targets[0].id: ast.literal_eval(n.value) for n in tree.body
-              if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id.isupper()}
+    values = {
+        n.targets[0].id: ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id.isupper()
+    }
     assert values["LR"] == 7.5e-4 and values["BATCH_SIZE"] == 6
     diffs = [i for i, (x, y) in enumerate(zip(_module_nodes(old), _module_nodes(new))) if x != y]
     assert len(diffs) == 2 and all(isinstance(tree.body[i], ast.Assign) for i in diffs)
@@ -50,19 +54,23 @@ def test_patch_changes_exactly_the_named_constants_and_nothing_else():
 
 
 def test_patch_keeps_other_bytes_of_odd_sources():
-    src = ("# température, non-ASCII before the constant (AST columns are bytes)\n"
-           "BETAS = (0.9,\n         0.95)   # two lines\n"
-           "STEPS: int = 100\n"
-           "def f():\n    STEPS = 3\n    return STEPS\n")
+    src = (
+        "# température, non-ASCII before the constant (AST columns are bytes)\n"
+        "BETAS = (0.9,\n         0.95)   # two lines\n"
+        "STEPS: int = 100\n"
+        "def f():\n    STEPS = 3\n    return STEPS\n"
+    )
     new = patch_source(src, (("BETAS", (0.8, 0.99)), ("STEPS", 250)))
-    assert new == ("# température, non-ASCII before the constant (AST columns are bytes)\n"
-                   "BETAS = (0.8, 0.99)   # two lines\n"
-                   "STEPS: int = 250\n"
-                   "def f():\n    STEPS = 3\n    return STEPS\n")
+    assert new == (
+        "# température, non-ASCII before the constant (AST columns are bytes)\n"
+        "BETAS = (0.8, 0.99)   # two lines\n"
+        "STEPS: int = 250\n"
+        "def f():\n    STEPS = 3\n    return STEPS\n"
+    )
 
 
 def test_a_point_may_name_a_constant_of_another_editable_file():
-    task = load_task("optimizer")        # its learning rate lives in optim.py
+    task = load_task("optimizer")  # its learning rate lives in optim.py
     patch = point_patch(task, (("optim.py:LR", 1.5e-3), ("BATCH_SIZE", 48)))
     sub = from_patch(task, task.repo, patch, scale="smoke")
     assert not sub.rejected and sorted(sub.files) == ["optim.py", "train.py"]
@@ -76,21 +84,29 @@ def test_a_point_may_name_a_constant_of_another_editable_file():
 def test_a_point_at_the_shipped_values_is_an_empty_patch():
     task = load_task("sft")
     tree = ast.parse((task.repo / "train.py").read_text())
-    shipped = {n.targets[0].id: ast.literal_eval(n.value) for n in tree.body
-               if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id in ("LR",
-                                                                                                         "BATCH_SIZE")}
+    shipped = {
+        n.targets[0].id: ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id in ("LR", "BATCH_SIZE")
+    }
     assert point_patch(task, tuple(shipped.items())) == ""
 
 
-@pytest.mark.parametrize("tuning,msg", [
-    ({"LR": 1.0e-3}, "tuning must be a list of points"),
-    ([{}], r"tuning\[0\]: a point is a non-empty mapping"),
-    (["LR=1e-3"], r"tuning\[0\]: a point is a non-empty mapping"),
-    ([{"LR": 1.0e-3}, {"not a name": 3}], r"tuning\[1\]: 'not a name' is not a constant's name"),
-    ([{"LR": {"x": 2}}], "a value is a number, boolean, string"),
-    ([{"BETAS": []}], "a value is a number, boolean, string"),
-    ([{"LR": 1.0e-3, "BATCH_SIZE": 8}, {"BATCH_SIZE": 8, "LR": 1.0e-3}], r"tuning\[1\]: the same point appears twice"),
-])
+@pytest.mark.parametrize(
+    "tuning,msg",
+    [
+        ({"LR": 1.0e-3}, "tuning must be a list of points"),
+        ([{}], r"tuning\[0\]: a point is a non-empty mapping"),
+        (["LR=1e-3"], r"tuning\[0\]: a point is a non-empty mapping"),
+        ([{"LR": 1.0e-3}, {"not a name": 3}], r"tuning\[1\]: 'not a name' is not a constant's name"),
+        ([{"LR": {"x": 2}}], "a value is a number, boolean, string"),
+        ([{"BETAS": []}], "a value is a number, boolean, string"),
+        (
+            [{"LR": 1.0e-3, "BATCH_SIZE": 8}, {"BATCH_SIZE": 8, "LR": 1.0e-3}],
+            r"tuning\[1\]: the same point appears twice",
+        ),
+    ],
+)
 def test_a_malformed_tuning_block_is_refused_with_a_reason(tuning, msg):
     d = copy.deepcopy(RAW)
     d["tuning"] = tuning
@@ -98,13 +114,16 @@ def test_a_malformed_tuning_block_is_refused_with_a_reason(tuning, msg):
         parse_task(d, "sft.yaml")
 
 
-@pytest.mark.parametrize("point,msg", [
-    ((("NO_SUCH", 1),), "has no module-level constant NO_SUCH"),
-    ((("LR", "1e-3"),), r"LR is float 0.002 in train.py, the point gives str '1e-3' \(in YAML write floats"),
-    ((("BATCH_SIZE", 4.0),), "BATCH_SIZE is int 16"),
-    ((("SCALE", 2),), r"SCALE is computed \(BASE \* 2\)"),
-    ((("TWICE", 2),), "assigns TWICE 2 times"),
-])
+@pytest.mark.parametrize(
+    "point,msg",
+    [
+        ((("NO_SUCH", 1),), "has no module-level constant NO_SUCH"),
+        ((("LR", "1e-3"),), r"LR is float 0.002 in train.py, the point gives str '1e-3' \(in YAML write floats"),
+        ((("BATCH_SIZE", 4.0),), "BATCH_SIZE is int 16"),
+        ((("SCALE", 2),), r"SCALE is computed \(BASE \* 2\)"),
+        ((("TWICE", 2),), "assigns TWICE 2 times"),
+    ],
+)
 def test_a_point_that_does_not_fit_the_script_is_refused_with_a_reason(point, msg):
     src = "LR = 2e-3\nBATCH_SIZE = 16\nBASE = 3\nSCALE = BASE * 2\nTWICE = 1\nTWICE = 2\n"
     with pytest.raises(TaskError, match=msg):
@@ -115,8 +134,8 @@ def test_a_point_that_does_not_fit_the_script_is_refused_with_a_reason(point, ms
 def test_every_task_declares_a_sweep_that_builds(name):
     task = load_task(name)
     assert task.tuning is not None, f"conf/task/{name}.yaml declares no tuning: block"
-    patches = [point_patch(task, pt) for pt in task.tuning]          # a point that does not fit raises
-    assert sum(not p for p in patches) <= 1                           # at most one is the shipped recipe
+    patches = [point_patch(task, pt) for pt in task.tuning]  # a point that does not fit raises
+    assert sum(not p for p in patches) <= 1  # at most one is the shipped recipe
     for pt, patch in zip(task.tuning, patches):
         if patch:
             files = {n for _, n, _ in parse_patch(patch)}
@@ -133,8 +152,10 @@ def test_an_empty_sweep_warns_and_grades_nothing(compose_cfg, tmp_path):
 
 @pytest.mark.slow
 def test_a_two_point_sweep_grades_for_real_at_ci(compose_cfg, tmp_path, capsys):
-    cfg = compose_cfg("check_task", ["task=sft", "scale=ci", "stats=false", "tuning=true",
-                                     "task.tuning=[{BATCH_SIZE:12},{LR:3.5e-3}]"])
+    cfg = compose_cfg(
+        "check_task",
+        ["task=sft", "scale=ci", "stats=false", "tuning=true", "task.tuning=[{BATCH_SIZE:12},{LR:3.5e-3}]"],
+    )
     run_dir = tmp_path / "run"
     rep = Report(lines=[])
     rows = tuning_checks(cfg, load_task("sft"), rep, run_dir)

@@ -1,4 +1,5 @@
 """Copies of a frozen repo are readable by the sandbox's unprivileged user, whatever the source's modes."""
+
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ def test_a_file_written_0600_is_readable_in_the_copy(tmp_path):
     secret.write_bytes(b"weights")
     secret.chmod(0o600)
     (repo / "artifacts").chmod(0o700)
-    outer = Path(tempfile.mkdtemp(prefix="ai4ai-copy-"))     # under /tmp: pytest's own folder is 0700
+    outer = Path(tempfile.mkdtemp(prefix="ai4ai-copy-"))  # under /tmp: pytest's own folder is 0700
     try:
         outer.chmod(0o755)
         dest = copy_repo(SimpleNamespace(repo=repo), outer / "copy")
@@ -40,8 +41,10 @@ def test_a_run_folder_is_claimed_by_one_command_at_a_time(tmp_path):
     # two commands of one task started in the same second got the same Hydra folder and each moved
     # the other's seed folders away mid-run; the second now stops before writing anything
     run = tmp_path / "07-46-49_sft"
-    code = ("import sys, time; from pathlib import Path; from ai4ai.entry import claim_run_dir; "
-            f"claim_run_dir(Path({str(run)!r})); print('claimed', flush=True); time.sleep(30)")
+    code = (
+        "import sys, time; from pathlib import Path; from ai4ai.entry import claim_run_dir; "
+        f"claim_run_dir(Path({str(run)!r})); print('claimed', flush=True); time.sleep(30)"
+    )
     first = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert first.stdout.readline().strip() == "claimed"
@@ -51,6 +54,7 @@ def test_a_run_folder_is_claimed_by_one_command_at_a_time(tmp_path):
     finally:
         first.kill()
         first.wait()
-    again = subprocess.run([sys.executable, "-c", code.replace("time.sleep(30)", "pass")],
-                           capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [sys.executable, "-c", code.replace("time.sleep(30)", "pass")], capture_output=True, text=True, timeout=60
+    )
     assert again.returncode == 0 and "claimed" in again.stdout, again.stderr

@@ -13,6 +13,7 @@ The files move the task version (they are part of the hidden grader): recalibrat
 or, where the committed bytes are the ones this host class already graded with, re-key only this
 class's records (tools/rekey_anchors.py --device-class).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,15 +42,17 @@ def main() -> None:
         dest = Path(task.grader) / "prepared" / scale
         if dest.exists():
             shutil.rmtree(dest)
-        shutil.copytree(made, dest, ignore=shutil.ignore_patterns(".complete"))   # the files and their SHA256SUMS
+        shutil.copytree(made, dest, ignore=shutil.ignore_patterns(".complete"))  # the files and their SHA256SUMS
         sums = preparing.read_sums(dest)
         problems = preparing.verify(dest)
         if problems:
             raise SystemExit(f"{dest}: {problems}")
         for rel, digest in sums.items():
             print(f"{a.task} {scale}: {rel} {digest[:16]} (made on {device_class('cpu', 1)})")
-        print(f"{a.task} {scale}: task version {before} -> {task_version(task, scale)}; recalibrate "
-              f"(python -m ai4ai.calibrate task={a.task} scale={scale})")
+        print(
+            f"{a.task} {scale}: task version {before} -> {task_version(task, scale)}; recalibrate "
+            f"(python -m ai4ai.calibrate task={a.task} scale={scale})"
+        )
 
 
 if __name__ == "__main__":

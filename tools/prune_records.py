@@ -15,6 +15,7 @@ relabelled since, stays). Nothing else of grader_hidden/ is touched. Git keeps w
 Re-key first (tools/rekey_anchors.py): records of an old version that a change did not move
 are carried to the current one there, and are then current here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,12 +46,15 @@ def main(argv: list[str] | None = None) -> int:
         task = load_task(name)
         current = {s: None for s in scales_in_records(task.grader, name)}
         current.update({s: task_version(task, s) for s in task.scales})
-        res = anchors.prune(task.grader, name, current, whole=task_version(task),
-                            frozen=tree_sha256(task.repo)[:16], dry_run=a.dry_run)
+        res = anchors.prune(
+            task.grader, name, current, whole=task_version(task), frozen=tree_sha256(task.repo)[:16], dry_run=a.dry_run
+        )
         verb = "would remove" if a.dry_run else "removed"
-        print(f"{name}: {verb} {len(res.records)} record(s), {len(res.details)} detail file(s), "
-              f"{len(res.models)} registry entr{'y' if len(res.models) == 1 else 'ies'} "
-              f"(current: {', '.join(f'{s} {v}' for s, v in sorted(current.items()) if v)})")
+        print(
+            f"{name}: {verb} {len(res.records)} record(s), {len(res.details)} detail file(s), "
+            f"{len(res.models)} registry entr{'y' if len(res.models) == 1 else 'ies'} "
+            f"(current: {', '.join(f'{s} {v}' for s, v in sorted(current.items()) if v)})"
+        )
         for k in res.records:
             print(f"  record  {k['scale']:5s} {k['task_version']} {k['device_class']} torch {k['torch']}")
         for f in res.details:
@@ -60,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         total["records"] += len(res.records)
         total["details"] += len(res.details)
         total["models"] += len(res.models)
-    print(f"total: {total['records']} record(s), {total['details']} detail file(s), {total['models']} registry "
-          f"entries {'would go' if a.dry_run else 'removed'}")
+    print(
+        f"total: {total['records']} record(s), {total['details']} detail file(s), {total['models']} registry "
+        f"entries {'would go' if a.dry_run else 'removed'}"
+    )
     return 0
 
 

@@ -14,6 +14,7 @@ Afterwards `python -m ai4ai.calibrate task=TASK scale=ci verify=true` retrains t
 checks they reproduce (sft's ci record was once carried across a change that moved it: baseline
 0.1819 stored where the code gave 0.1930).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,11 @@ def main() -> None:
     ap.add_argument("task")
     ap.add_argument("old", nargs="+")
     ap.add_argument("--scales", default="ci,smoke")
-    ap.add_argument("--device-class", help="only this device class's records (where the change is shown "
-                    "not to move what the shipped algorithm trains on that class alone)")
+    ap.add_argument(
+        "--device-class",
+        help="only this device class's records (where the change is shown "
+        "not to move what the shipped algorithm trains on that class alone)",
+    )
     a = ap.parse_args()
     task = load_task(a.task)
     scales = a.scales.split(",")
@@ -51,7 +55,9 @@ def main() -> None:
         if a.device_class and k["device_class"] != a.device_class:
             continue
         if "base_version" in (r.get("provenance") or {}):
-            print(f"{a.task} {k['scale']} {k['device_class']}: a brought model's record ({k['task_version']}); not moved")
+            print(
+                f"{a.task} {k['scale']} {k['device_class']}: a brought model's record ({k['task_version']}); not moved"
+            )
             continue
         new = task_version(task, k["scale"])
         if new == k["task_version"] or (k["scale"], new, k["device_class"]) in have:

@@ -9,6 +9,7 @@ verify=true` reproduced its seeds on a host of TO_CLASS (run with ATEN_CPU_CAPAB
 reproduce an AVX2 host's on an AVX-512 one). The record's anchors, seeds and timings stay; its
 provenance says `relabelled_from`. A record already present for (version, TO_CLASS) is kept.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,11 @@ def main() -> None:
     moved = 0
     for r in recs:
         k = r["key"]
-        if k["device_class"] != a.old or k["scale"] not in a.scales.split(",") or k["task_version"] != task_version(task, k["scale"]):
+        if (
+            k["device_class"] != a.old
+            or k["scale"] not in a.scales.split(",")
+            or k["task_version"] != task_version(task, k["scale"])
+        ):
             continue
         if any(o["key"] == {**k, "device_class": a.new} for o in recs):
             print(f"{a.task} {k['scale']}: a {a.new} record exists; kept")
@@ -46,7 +51,7 @@ def main() -> None:
         new = json.loads(json.dumps(r))
         new["key"]["device_class"] = a.new
         new.setdefault("provenance", {})["relabelled_from"] = a.old
-        anchors.store(task.grader, new, replaces=k, prune=False)      # a relabelling removes nothing else
+        anchors.store(task.grader, new, replaces=k, prune=False)  # a relabelling removes nothing else
         moved += 1
         print(f"{a.task} {k['scale']}: {a.old} -> {a.new}")
     print(f"{a.task}: {moved} relabelled")

@@ -2,6 +2,7 @@
 
 Each module defines `run(ctx: AgentContext) -> AgentOutcome`.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """`baseline`: changes nothing, so the shipped algorithm is graded (scores 0.1 within noise)."""
+
 from ai4ai.agents.base import AgentContext, AgentOutcome
 
 

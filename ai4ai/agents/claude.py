@@ -10,6 +10,7 @@ ANTHROPIC_API_KEY holds a dummy (the gateway sends the real key as x-api-key). T
 is the gateway's (it refuses calls past agent.max_usd), not Claude Code's own --max-budget-usd,
 which prices tokens from a table inside the CLI.
 """
+
 from __future__ import annotations
 
 from ai4ai.agents.base import AgentContext, AgentOutcome
@@ -25,8 +26,16 @@ def preflight(cfg: dict) -> None:
 
 
 def build_argv(exe: str, cfg: dict, prompt: str) -> list[str]:
-    argv = [exe, "-p", prompt, "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions",
-            "--no-session-persistence"]
+    argv = [
+        exe,
+        "-p",
+        prompt,
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--dangerously-skip-permissions",
+        "--no-session-persistence",
+    ]
     if cfg.get("model"):
         argv += ["--model", str(cfg["model"])]
     if cfg.get("effort"):
@@ -35,9 +44,13 @@ def build_argv(exe: str, cfg: dict, prompt: str) -> list[str]:
 
 
 def sandbox_env(url: str) -> dict:
-    return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": DUMMY_KEY,
-            # no auto-update, telemetry or error reports: nothing but the gateway is reachable anyway
-            "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+    return {
+        "ANTHROPIC_BASE_URL": url,
+        "ANTHROPIC_API_KEY": DUMMY_KEY,
+        # no auto-update, telemetry or error reports: nothing but the gateway is reachable anyway
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
 
 
 def cli_error(event: dict) -> str | None:
@@ -49,6 +62,11 @@ def cli_error(event: dict) -> str | None:
 
 def run(ctx: AgentContext) -> AgentOutcome:
     exe = resolve_executable(ctx.config, INSTALL)
-    wiring = Wiring(auth="x-api-key", default_base_url=DEFAULT_BASE_URL, env=sandbox_env,
-                    argv=lambda url: build_argv(str(exe), ctx.config, ctx.instructions), cli_error=cli_error)
+    wiring = Wiring(
+        auth="x-api-key",
+        default_base_url=DEFAULT_BASE_URL,
+        env=sandbox_env,
+        argv=lambda url: build_argv(str(exe), ctx.config, ctx.instructions),
+        cli_error=cli_error,
+    )
     return run_cli(ctx, wiring, exe)

@@ -5,6 +5,7 @@ Cost and tokens come from the gateway (ai4ai/window/gateway.py) only: it sits ou
 reads the model API's own responses. The CLI's stdout is kept as a transcript and never parsed
 for cost, since every process of the agent can write to it.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,10 +39,11 @@ class AgentSetupError(RuntimeError):
 @dataclass(frozen=True)
 class Wiring:
     """What a CLI kind needs from the gateway: how the key is sent, and where the CLI is pointed."""
-    auth: str                                   # x-api-key | bearer
+
+    auth: str  # x-api-key | bearer
     default_base_url: str
-    env: Callable[[str], dict]                  # gateway URL inside the sandbox -> the CLI's env
-    argv: Callable[[str], list]                 # gateway URL inside the sandbox -> the command
+    env: Callable[[str], dict]  # gateway URL inside the sandbox -> the CLI's env
+    argv: Callable[[str], list]  # gateway URL inside the sandbox -> the command
     prepare_home: Callable[[Path], None] = lambda home: None
     # An error message the CLI reported in one of its JSON events, or None. Only used to name what
     # failed in an `error` result; never for cost.
@@ -51,17 +53,21 @@ class Wiring:
 def resolve_executable(cfg: dict, install_hint: str) -> Path:
     exe = shutil.which(str(cfg.get("executable") or cfg["kind"]))
     if exe is None:
-        raise AgentSetupError(f"agent={cfg['kind']}: the `{cfg.get('executable') or cfg['kind']}` CLI is not on PATH; "
-                              f"install it with `{install_hint}` (or `.ci/run`, which pins the tested versions) "
-                              "or set agent.executable=/path/to/it")
+        raise AgentSetupError(
+            f"agent={cfg['kind']}: the `{cfg.get('executable') or cfg['kind']}` CLI is not on PATH; "
+            f"install it with `{install_hint}` (or `.ci/run`, which pins the tested versions) "
+            "or set agent.executable=/path/to/it"
+        )
     return Path(exe)
 
 
 def require_key(cfg: dict) -> str:
     name = cfg.get("api_key_env")
     if not name or not os.environ.get(name):
-        raise AgentSetupError(f"agent={cfg['kind']}: set the {name} environment variable (the harness's API gateway "
-                              "holds it; the agent's sandbox gets a dummy, and it is never written to the run directory)")
+        raise AgentSetupError(
+            f"agent={cfg['kind']}: set the {name} environment variable (the harness's API gateway "
+            "holds it; the agent's sandbox gets a dummy, and it is never written to the run directory)"
+        )
     return name
 
 
@@ -152,8 +158,10 @@ def _why(kind: str, out, gw: dict, log_path: Path) -> str:
     if gw["refused"] and not gw["calls"]:
         return "agent never reached its model API: the gateway refused the first call (max_usd cap)"
     if gw["calls"]:
-        return f"agent never reached its model API: the upstream answered every call with an error " \
-               f"(last status {gw['last_status']}; see api_calls.jsonl)"
+        return (
+            f"agent never reached its model API: the upstream answered every call with an error "
+            f"(last status {gw['last_status']}; see api_calls.jsonl)"
+        )
     if gw["failures"]:
         return f"agent never reached its model API: upstream {gw['upstream']} unreachable"
     tail = ""
@@ -176,7 +184,7 @@ def run_cli(ctx: AgentContext, wiring: Wiring, exe: Path) -> AgentOutcome:
     sock_dir.mkdir()
     (home / "tmp").mkdir(parents=True)
     for d in (scratch, sock_dir):
-        d.chmod(0o755)              # the sandbox's unprivileged user must reach the socket
+        d.chmod(0o755)  # the sandbox's unprivileged user must reach the socket
     wiring.prepare_home(home)
     # The sandbox's home moves out of the run directory: nothing the CLI writes there is copied.
     old_home = next((m.host for m in ctx.sandbox.mounts if m.inside == HOME_INSIDE), None)
@@ -185,21 +193,37 @@ def run_cli(ctx: AgentContext, wiring: Wiring, exe: Path) -> AgentOutcome:
     sb = replace(ctx.sandbox, mounts=mounts, network=(network == "open"))
     port = _free_port()
     url = f"http://127.0.0.1:{port}{upstream.path}"
-    env = {k: (str(home) + v[len(str(old_home)):] if old_home and v.startswith(str(old_home)) else v)
-           for k, v in {**ctx.sandbox.env, **wiring.env(url)}.items()}
+    env = {
+        k: (str(home) + v[len(str(old_home)) :] if old_home and v.startswith(str(old_home)) else v)
+        for k, v in {**ctx.sandbox.env, **wiring.env(url)}.items()
+    }
     # No proxy variables: the CLI talks to the gateway directly, and nothing else is reachable.
     for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
         env.pop(k, None)
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     sb.env = env
     stop = threading.Event()
-    gw = Gateway(socket_path=sock_dir / "api.sock", upstream=upstream, key=key, auth=wiring.auth,
-                 prices=dict(cfg.get("prices") or {}), log_path=run_dir / "api_calls.jsonl",
-                 max_usd=cfg.get("max_usd"), on_cap=stop.set,
-                 max_retries=int(cfg.get("max_retries", 4)), backoff_s=float(cfg.get("retry_backoff_s", 1.0)))
+    gw = Gateway(
+        socket_path=sock_dir / "api.sock",
+        upstream=upstream,
+        key=key,
+        auth=wiring.auth,
+        prices=dict(cfg.get("prices") or {}),
+        log_path=run_dir / "api_calls.jsonl",
+        max_usd=cfg.get("max_usd"),
+        on_cap=stop.set,
+        max_retries=int(cfg.get("max_retries", 4)),
+        backoff_s=float(cfg.get("retry_backoff_s", 1.0)),
+    )
     sock = sb.path(GATEWAY_INSIDE) + "/api.sock"
-    command = ["python", sb.path("/opt/ai4ai/bin") + "/ai4ai-launch", "--forward", f"{port}:{sock}", "--",
-               *wiring.argv(url)]
+    command = [
+        "python",
+        sb.path("/opt/ai4ai/bin") + "/ai4ai-launch",
+        "--forward",
+        f"{port}:{sock}",
+        "--",
+        *wiring.argv(url),
+    ]
     transcript = Transcript(run_dir / "transcript.jsonl", wiring.cli_error)
     gw.start()
     try:
@@ -212,6 +236,11 @@ def run_cli(ctx: AgentContext, wiring: Wiring, exe: Path) -> AgentOutcome:
     usage = gw.summary()
     usage["last_status"] = gw.last_status
     error = _api_error(cfg["kind"], out, usage, ctx.log_path, transcript.errors)
-    return AgentOutcome(exit_code=out.returncode, timed_out=out.timed_out and not gw.capped, wall_s=out.wall_s,
-                        transcript=[str(run_dir / "transcript.jsonl"), str(run_dir / "api_calls.jsonl")],
-                        usage=usage, error=error)
+    return AgentOutcome(
+        exit_code=out.returncode,
+        timed_out=out.timed_out and not gw.capped,
+        wall_s=out.wall_s,
+        transcript=[str(run_dir / "transcript.jsonl"), str(run_dir / "api_calls.jsonl")],
+        usage=usage,
+        error=error,
+    )

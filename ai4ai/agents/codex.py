@@ -14,6 +14,7 @@ plain (not login) shell that inherits the sandbox's environment, so a profile ca
 and `ai4ai-proxy` and the harness's Python stay visible (`allow_login_shell = false`,
 `shell_environment_policy.inherit = "all"`). CODEX_HOME is made inside the sandbox-only home.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ from ai4ai.agents.cli import preflight as _preflight
 
 INSTALL = "npm install -g @openai/codex"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-KEY_VAR = "AI4AI_GATEWAY_KEY"        # the provider's env_key: a dummy the gateway replaces
+KEY_VAR = "AI4AI_GATEWAY_KEY"  # the provider's env_key: a dummy the gateway replaces
 
 
 def preflight(cfg: dict) -> None:
@@ -38,22 +39,36 @@ def _c(key: str, value) -> list[str]:
 
 
 def build_argv(exe: str, cfg: dict, prompt: str, workdir: str, url: str) -> list[str]:
-    argv = [exe, "exec", "--json", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check",
-            "--ephemeral", "-C", workdir]
+    argv = [
+        exe,
+        "exec",
+        "--json",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--skip-git-repo-check",
+        "--ephemeral",
+        "-C",
+        workdir,
+    ]
     if cfg.get("model"):
         argv += ["-m", str(cfg["model"])]
-    argv += _c("model_provider", "ai4ai") + _c("model_providers.ai4ai.name", "ai4ai gateway") \
-        + _c("model_providers.ai4ai.base_url", url) + _c("model_providers.ai4ai.env_key", KEY_VAR) \
-        + _c("model_providers.ai4ai.wire_api", "responses") + _c("model_providers.ai4ai.supports_websockets", False) \
-        + _c("allow_login_shell", False) + _c("shell_environment_policy.inherit", "all") \
+    argv += (
+        _c("model_provider", "ai4ai")
+        + _c("model_providers.ai4ai.name", "ai4ai gateway")
+        + _c("model_providers.ai4ai.base_url", url)
+        + _c("model_providers.ai4ai.env_key", KEY_VAR)
+        + _c("model_providers.ai4ai.wire_api", "responses")
+        + _c("model_providers.ai4ai.supports_websockets", False)
+        + _c("allow_login_shell", False)
+        + _c("shell_environment_policy.inherit", "all")
         + _c("check_for_update_on_startup", False)
+    )
     if cfg.get("effort"):
         argv += _c("model_reasoning_effort", str(cfg["effort"]))
     return argv + [str(a) for a in cfg.get("extra_args") or []] + [prompt]
 
 
 def prepare_home(home: Path) -> None:
-    (home / ".codex").mkdir(parents=True, exist_ok=True)     # codex refuses a CODEX_HOME that does not exist
+    (home / ".codex").mkdir(parents=True, exist_ok=True)  # codex refuses a CODEX_HOME that does not exist
 
 
 def cli_error(event: dict) -> str | None:
@@ -68,8 +83,12 @@ def cli_error(event: dict) -> str | None:
 def run(ctx: AgentContext) -> AgentOutcome:
     exe = resolve_executable(ctx.config, INSTALL)
     workdir = ctx.sandbox.path("/workspace")
-    wiring = Wiring(auth="bearer", default_base_url=DEFAULT_BASE_URL,
-                    env=lambda url: {KEY_VAR: DUMMY_KEY, "CODEX_HOME": ctx.sandbox.path(HOME_INSIDE) + "/.codex"},
-                    argv=lambda url: build_argv(str(exe), ctx.config, ctx.instructions, workdir, url),
-                    prepare_home=prepare_home, cli_error=cli_error)
+    wiring = Wiring(
+        auth="bearer",
+        default_base_url=DEFAULT_BASE_URL,
+        env=lambda url: {KEY_VAR: DUMMY_KEY, "CODEX_HOME": ctx.sandbox.path(HOME_INSIDE) + "/.codex"},
+        argv=lambda url: build_argv(str(exe), ctx.config, ctx.instructions, workdir, url),
+        prepare_home=prepare_home,
+        cli_error=cli_error,
+    )
     return run_cli(ctx, wiring, exe)

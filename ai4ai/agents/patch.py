@@ -1,4 +1,5 @@
 """`patch`: applies a given unified diff to the workspace (replays, published examples)."""
+
 import time
 from pathlib import Path
 
@@ -12,8 +13,9 @@ def resolve(path: str) -> Path:
     for cand in (p, PROJECT_ROOT / p):
         if cand.is_file():
             return cand
-    raise FileNotFoundError(f"agent.patch={path!r}: no such file (relative paths are tried from the "
-                            f"current folder and from {PROJECT_ROOT})")
+    raise FileNotFoundError(
+        f"agent.patch={path!r}: no such file (relative paths are tried from the current folder and from {PROJECT_ROOT})"
+    )
 
 
 def run(ctx: AgentContext) -> AgentOutcome:

@@ -27,6 +27,7 @@ folder result.json records (or model_path=FOLDER, a copy of it elsewhere), check
 hash before anything starts. A folder that is gone or whose content changed is one `ai4ai:` line
 (exit 2) saying what to do; in a database audit it is that run's row (agrees NO).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -77,25 +78,41 @@ def model_problem(result: dict, model_path: str | Path | None = None) -> str | N
     its content hash is not the recorded one."""
     rec = recorded_model(result)
     if rec is None:
-        return None if model_path is None else (
-            f"model_path={model_path}: the audited run trained the repo's own model, not one brought with "
-            f"task.model_path; audit it without model_path=")
+        return (
+            None
+            if model_path is None
+            else (
+                f"model_path={model_path}: the audited run trained the repo's own model, not one brought with "
+                f"task.model_path; audit it without model_path="
+            )
+        )
     where = Path(str(model_path or rec["path"])).expanduser()
-    what = (f"the audited run trained your own model (task.model_path={rec['path']}, content sha256 "
-            f"{str(rec.get('sha256'))[:16]}) and an audit re-grades on that same model")
-    todo = ("put that model back there, or pass model_path=FOLDER (python -m ai4ai.audit run=... model_path=FOLDER) "
-            "with an identical copy of it")
+    what = (
+        f"the audited run trained your own model (task.model_path={rec['path']}, content sha256 "
+        f"{str(rec.get('sha256'))[:16]}) and an audit re-grades on that same model"
+    )
+    todo = (
+        "put that model back there, or pass model_path=FOLDER (python -m ai4ai.audit run=... model_path=FOLDER) "
+        "with an identical copy of it"
+    )
     if not where.is_dir():
         return f"{what}; {where} is gone (no such folder): {todo}"
     now = model_sha256(where)
     if now != rec.get("sha256"):
-        return (f"{what}; the content of {where} has changed since (sha256 {now[:16]} now): it is no longer that "
-                f"model; {todo}")
+        return (
+            f"{what}; the content of {where} has changed since (sha256 {now[:16]} now): it is no longer that "
+            f"model; {todo}"
+        )
     return None
 
 
-def audit_cfg(result: dict, device: str = "auto", sandbox: str = "auto", progress: bool = False,
-              model_path: str | Path | None = None) -> DictConfig:
+def audit_cfg(
+    result: dict,
+    device: str = "auto",
+    sandbox: str = "auto",
+    progress: bool = False,
+    model_path: str | Path | None = None,
+) -> DictConfig:
     """The config ai4ai.pipeline.context() needs, built without Hydra from the recorded run: on the
     model the run trained (its recorded folder, or `model_path`, a copy of it), checked by content
     hash first (model_problem: a UsageError line)."""
@@ -106,9 +123,15 @@ def audit_cfg(result: dict, device: str = "auto", sandbox: str = "auto", progres
     rec = recorded_model(result)
     if rec is not None:
         task["model_path"] = str(Path(str(model_path or rec["path"])).expanduser().resolve())
-    return OmegaConf.create({"task": task, "device": device,
-                             "scale": {"name": result["scale"]}, "sandbox": {"backend": sandbox},
-                             "progress": progress})
+    return OmegaConf.create(
+        {
+            "task": task,
+            "device": device,
+            "scale": {"name": result["scale"]},
+            "sandbox": {"backend": sandbox},
+            "progress": progress,
+        }
+    )
 
 
 def seed_noise(result: dict) -> float | None:
@@ -118,56 +141,107 @@ def seed_noise(result: dict) -> float | None:
     if sd is None:
         return None
     anchors = Anchors(a["no_info"], a["baseline"], a["best"])
-    return seed_noise_sigma(sd, anchors, raw["direction"], raw.get("transform", "identity"),
-                            upper=(result.get("score") or 0.0) > 0.1)
+    return seed_noise_sigma(
+        sd, anchors, raw["direction"], raw.get("transform", "identity"), upper=(result.get("score") or 0.0) > 0.1
+    )
 
 
 # --------------------------------------------------------------------------- drift
 
+
 def _check(name: str, recorded, current, note: str = "") -> dict:
     changed = None if recorded is None else recorded != current
-    return {"what": name, "recorded": recorded, "current": current, "changed": changed,
-            "note": note or ("not recorded" if recorded is None else "")}
+    return {
+        "what": name,
+        "recorded": recorded,
+        "current": current,
+        "changed": changed,
+        "note": note or ("not recorded" if recorded is None else ""),
+    }
 
 
 def drift(result: dict, run_dir: Path, ctx) -> list[dict]:
     prov, task = result["provenance"], ctx.task
     patch = run_dir / (result["submission"].get("patch") or "submission.patch")
     patch_sha = hashlib.sha256(patch.read_bytes()).hexdigest() if patch.is_file() else None
-    out = [_check("submission", result["submission"].get("sha256"), patch_sha,
-                  "" if patch_sha else "submission.patch is missing"),
-           _check("frozen repo", prov.get("repo_sha256"), tree_sha256(task.repo)),
-           _check("grader", prov.get("grader_sha256"), tree_sha256(task.grader, UNVERSIONED)),
-           _check("benchmark version", result["benchmark_version"], benchmark_version())]
-    rec_prov = (result["anchors"].get("provenance") or {})
+    out = [
+        _check(
+            "submission",
+            result["submission"].get("sha256"),
+            patch_sha,
+            "" if patch_sha else "submission.patch is missing",
+        ),
+        _check("frozen repo", prov.get("repo_sha256"), tree_sha256(task.repo)),
+        _check("grader", prov.get("grader_sha256"), tree_sha256(task.grader, UNVERSIONED)),
+        _check("benchmark version", result["benchmark_version"], benchmark_version()),
+    ]
+    rec_prov = result["anchors"].get("provenance") or {}
     now = anchor_store.find(task.grader, ctx.key)
-    rec_id = {"calibrated_at": rec_prov.get("calibrated_at"),
-              **{k: result["anchors"][k] for k in ("no_info", "baseline", "best")}}
-    cur_id = None if now is None else {"calibrated_at": now.raw.get("provenance", {}).get("calibrated_at"),
-                                       "no_info": now.anchors.no_info, "baseline": now.anchors.baseline,
-                                       "best": now.anchors.best}
-    out.append(_check("anchors", rec_id, cur_id, "no record for this key now: anchors=current would calibrate"
-                      if now is None else ""))
+    rec_id = {
+        "calibrated_at": rec_prov.get("calibrated_at"),
+        **{k: result["anchors"][k] for k in ("no_info", "baseline", "best")},
+    }
+    cur_id = (
+        None
+        if now is None
+        else {
+            "calibrated_at": now.raw.get("provenance", {}).get("calibrated_at"),
+            "no_info": now.anchors.no_info,
+            "baseline": now.anchors.baseline,
+            "best": now.anchors.best,
+        }
+    )
+    out.append(
+        _check(
+            "anchors",
+            rec_id,
+            cur_id,
+            "no record for this key now: anchors=current would calibrate" if now is None else "",
+        )
+    )
     cur = versions()
     diff = {k: (prov.get(k), cur.get(k)) for k in LIBRARIES if k in prov and prov.get(k) != cur.get(k)}
-    out.append({"what": "libraries", "recorded": {k: v[0] for k, v in diff.items()},
-                "current": {k: v[1] for k, v in diff.items()}, "changed": bool(diff), "note": ""})
+    out.append(
+        {
+            "what": "libraries",
+            "recorded": {k: v[0] for k, v in diff.items()},
+            "current": {k: v[1] for k, v in diff.items()},
+            "changed": bool(diff),
+            "note": "",
+        }
+    )
     out.append(_check("hardware class", prov.get("device_class"), ctx.key.device_class))
     if recorded_model(result) is not None:
         rec = recorded_model(result)
-        out.append(_check("model", rec.get("sha256"), model_sha256(ctx.task.model_path),
-                          f"your own model, re-graded from {ctx.task.model_path}"))
+        out.append(
+            _check(
+                "model",
+                rec.get("sha256"),
+                model_sha256(ctx.task.model_path),
+                f"your own model, re-graded from {ctx.task.model_path}",
+            )
+        )
     if prov.get("task_overridden"):
         note = "the recorded run did not use the task as configured"
         if recorded_model(result) is not None:
-            note = ("task.model_path (your own model) counts as an override; whether the run overrode anything "
-                    "else is not recorded")
-        out.append({"what": "task config", "recorded": "overridden on the command line", "current": "as on disk",
-                    "changed": True, "note": note})
+            note = (
+                "task.model_path (your own model) counts as an override; whether the run overrode anything "
+                "else is not recorded"
+            )
+        out.append(
+            {
+                "what": "task config",
+                "recorded": "overridden on the command line",
+                "current": "as on disk",
+                "changed": True,
+                "note": note,
+            }
+        )
     return out
 
 
 # --------------------------------------------------------------------------- one run
+
 
 def _fresh(path: Path) -> Path:
     p, i = path, 1
@@ -176,9 +250,17 @@ def _fresh(path: Path) -> Path:
     return p
 
 
-def audit_run(run_dir: Path, seeds: list[int] | None = None, regrade: bool = True, anchors: str = "recorded",
-              device: str = "auto", sandbox: str = "auto", out: Path | None = None, progress: bool = False,
-              model_path: str | Path | None = None) -> dict:
+def audit_run(
+    run_dir: Path,
+    seeds: list[int] | None = None,
+    regrade: bool = True,
+    anchors: str = "recorded",
+    device: str = "auto",
+    sandbox: str = "auto",
+    out: Path | None = None,
+    progress: bool = False,
+    model_path: str | Path | None = None,
+) -> dict:
     """Audit one run directory; returns (and writes to OUT/audit.json) what was found. A run on your
     own model is re-graded on it (`model_path`: a copy of it, when the recorded folder moved)."""
     run_dir = Path(run_dir).resolve()
@@ -192,10 +274,22 @@ def audit_run(run_dir: Path, seeds: list[int] | None = None, regrade: bool = Tru
     ctx = context(cfg, out)
     if ctx.scale != result["scale"]:
         raise UsageError(f"recorded scale {result['scale']!r} resolved to {ctx.scale!r}")
-    report = {"run_dir": str(run_dir), "task": result["task"], "agent": result["agent"], "scale": result["scale"],
-              "recorded": {"status": result["status"], "score": result.get("score"),
-                           "score_per_seed": result.get("score_per_seed"), "seeds": result.get("seeds")},
-              "drift": drift(result, run_dir, ctx), "audit_dir": str(out), "regrade": None, "agrees": None}
+    report = {
+        "run_dir": str(run_dir),
+        "task": result["task"],
+        "agent": result["agent"],
+        "scale": result["scale"],
+        "recorded": {
+            "status": result["status"],
+            "score": result.get("score"),
+            "score_per_seed": result.get("score_per_seed"),
+            "seeds": result.get("seeds"),
+        },
+        "drift": drift(result, run_dir, ctx),
+        "audit_dir": str(out),
+        "regrade": None,
+        "agrees": None,
+    }
     if regrade:
         report["regrade"] = regrade_run(result, run_dir, ctx, cfg, seeds, anchors, out)
         report["agrees"] = report["regrade"]["agrees"]
@@ -220,7 +314,9 @@ def recorded_caps(setup, timing: dict):
     wall = float(timing["cap_s"])
     speed = None
     here = (setup.host_speed or {}).get("probe_cpu_s_here")
-    then = (timing.get("host_speed") or {}).get("probe_cpu_s_here") or (setup.host_speed or {}).get("probe_cpu_s_record")
+    then = (timing.get("host_speed") or {}).get("probe_cpu_s_here") or (setup.host_speed or {}).get(
+        "probe_cpu_s_record"
+    )
     if cpu is not None and here and then:
         speed = hostspeed.ratio(float(here), float(then))
         cpu, wall = round(cpu * speed.factor, 1), wall * max(1.0, speed.factor)
@@ -254,28 +350,48 @@ def regrade_run(result: dict, run_dir: Path, ctx, cfg, seeds, anchors: str, out:
     carried = None
     if timing.get("cap_s"):
         setup, carried = recorded_caps(setup, timing)
-    say(f"audit: re-grading {run_dir.name} ({task.name} at {ctx.scale}, seeds {seeds}, cap {setup.cap_s:.0f} s"
+    say(
+        f"audit: re-grading {run_dir.name} ({task.name} at {ctx.scale}, seeds {seeds}, cap {setup.cap_s:.0f} s"
         + (f", {setup.cpu_cap_s:.0f} CPU-s" if setup.cpu_cap_s else "")
         + (f": the recorded {timing['cpu_cap_s']:.0f} CPU-s x host speed {carried.factor:.2f}" if carried else "")
-        + f") -> {out}")
+        + f") -> {out}"
+    )
     # the very --seed each training process got in the run (derived from the run's secret nonce)
-    replay = {c["seed"]: c["training_seed"] for c in (result.get("checkpoints") or {}).get("per_seed", [])
-              if c.get("training_seed") is not None}
+    replay = {
+        c["seed"]: c["training_seed"]
+        for c in (result.get("checkpoints") or {}).get("per_seed", [])
+        if c.get("training_seed") is not None
+    }
     results = grade_seeds(setup, sub, seeds, out / "grade", training_seeds=replay)
     scored = score_seeds(task, results, use)
-    on_current = score_seeds(task, results, current.anchors).score if current is not None and anchors != "current" \
-        else None
+    on_current = (
+        score_seeds(task, results, current.anchors).score if current is not None and anchors != "current" else None
+    )
     recorded = _recorded_for(result, seeds)
     noise = seed_noise(result)
     tol = AGREE_SIGMAS * noise * math.sqrt(2 / len(seeds)) if noise is not None else None
-    rep = {"seeds": seeds, "anchors": anchors, "status": scored.status, "reason": scored.reason,
-           "score": scored.score, "score_per_seed": scored.score_per_seed, "raw_per_seed": scored.raw_per_seed,
-           "score_on_current_anchors": on_current, "recorded_score": recorded, "noise_per_seed": noise,
-           "tolerance": tol, "rejected_files": sorted(sub.rejected), "difference": None,
-           "caps": {"cap_s": setup.cap_s, "cpu_cap_s": setup.cpu_cap_s, "host_speed": setup.host_speed}}
+    rep = {
+        "seeds": seeds,
+        "anchors": anchors,
+        "status": scored.status,
+        "reason": scored.reason,
+        "score": scored.score,
+        "score_per_seed": scored.score_per_seed,
+        "raw_per_seed": scored.raw_per_seed,
+        "score_on_current_anchors": on_current,
+        "recorded_score": recorded,
+        "noise_per_seed": noise,
+        "tolerance": tol,
+        "rejected_files": sorted(sub.rejected),
+        "difference": None,
+        "caps": {"cap_s": setup.cap_s, "cpu_cap_s": setup.cpu_cap_s, "host_speed": setup.host_speed},
+    }
     if scored.status == "error" or result["status"] == "error":
-        rep.update(agrees=None, reason=f"not comparable: recorded {result['status']}, re-grade {scored.status}"
-                   + (f" ({scored.reason})" if scored.reason else ""))
+        rep.update(
+            agrees=None,
+            reason=f"not comparable: recorded {result['status']}, re-grade {scored.status}"
+            + (f" ({scored.reason})" if scored.reason else ""),
+        )
     elif scored.status != result["status"]:
         rep.update(agrees=False, reason=f"status {result['status']} then, {scored.status} now: {scored.reason}")
     elif recorded is None or scored.score is None:
@@ -288,6 +404,7 @@ def regrade_run(result: dict, run_dir: Path, ctx, cfg, seeds, anchors: str, out:
 
 # --------------------------------------------------------------------------- a database
 
+
 def changed_names(report: dict) -> list[str]:
     return [d["what"] for d in report.get("drift", []) if d["changed"]]
 
@@ -299,27 +416,65 @@ def audit_db(db: Path, sample: int | None = None, seed: int = 0, **kw) -> list[d
     rows = []
     for r in runs:
         if not (r.run_dir / "result.json").is_file():
-            rows.append({"run_dir": str(r.run_dir), "task": r.result["task"], "agent": r.result["agent"],
-                         "recorded": r.result.get("score"), "new": None, "difference": None, "tolerance": None,
-                         "agrees": False, "drift": ["run directory missing"]})
+            rows.append(
+                {
+                    "run_dir": str(r.run_dir),
+                    "task": r.result["task"],
+                    "agent": r.result["agent"],
+                    "recorded": r.result.get("score"),
+                    "new": None,
+                    "difference": None,
+                    "tolerance": None,
+                    "agrees": False,
+                    "drift": ["run directory missing"],
+                }
+            )
             continue
         problem = model_problem(r.result)
-        if problem:     # the model a run trained is gone or changed: that run's row, not the end of the audit
-            rows.append({"run_dir": str(r.run_dir), "task": r.result["task"], "agent": r.result["agent"],
-                         "recorded": r.result.get("score"), "new": None, "difference": None, "tolerance": None,
-                         "agrees": False, "drift": ["model gone or changed"], "reason": problem})
+        if problem:  # the model a run trained is gone or changed: that run's row, not the end of the audit
+            rows.append(
+                {
+                    "run_dir": str(r.run_dir),
+                    "task": r.result["task"],
+                    "agent": r.result["agent"],
+                    "recorded": r.result.get("score"),
+                    "new": None,
+                    "difference": None,
+                    "tolerance": None,
+                    "agrees": False,
+                    "drift": ["model gone or changed"],
+                    "reason": problem,
+                }
+            )
             continue
         rep = audit_run(r.run_dir, **kw)
         g = rep["regrade"] or {}
-        rows.append({"run_dir": str(r.run_dir), "task": rep["task"], "agent": rep["agent"],
-                     "recorded": rep["recorded"]["score"], "new": g.get("score"), "difference": g.get("difference"),
-                     "tolerance": g.get("tolerance"), "agrees": rep["agrees"], "drift": changed_names(rep)})
+        rows.append(
+            {
+                "run_dir": str(r.run_dir),
+                "task": rep["task"],
+                "agent": rep["agent"],
+                "recorded": rep["recorded"]["score"],
+                "new": g.get("score"),
+                "difference": g.get("difference"),
+                "tolerance": g.get("tolerance"),
+                "agrees": rep["agrees"],
+                "drift": changed_names(rep),
+            }
+        )
     return rows
 
 
 def _f(v) -> str:
-    return "–" if v is None else f"{v:+.4f}" if isinstance(v, float) and v < 0 else f"{v:.4f}" if isinstance(v, float) \
+    return (
+        "–"
+        if v is None
+        else f"{v:+.4f}"
+        if isinstance(v, float) and v < 0
+        else f"{v:.4f}"
+        if isinstance(v, float)
         else str(v)
+    )
 
 
 def table(rows: list[dict]) -> str:
@@ -327,9 +482,23 @@ def table(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         agrees = {True: "yes", False: "NO", None: "–"}[r["agrees"]]
-        lines.append("| " + " | ".join([Path(r["run_dir"]).name, r["task"], r["agent"], _f(r["recorded"]), _f(r["new"]),
-                                        _f(r["difference"]), _f(r["tolerance"]), agrees,
-                                        ", ".join(r["drift"]) or "none"]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    Path(r["run_dir"]).name,
+                    r["task"],
+                    r["agent"],
+                    _f(r["recorded"]),
+                    _f(r["new"]),
+                    _f(r["difference"]),
+                    _f(r["tolerance"]),
+                    agrees,
+                    ", ".join(r["drift"]) or "none",
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -341,9 +510,11 @@ def summary(rep: dict) -> str:
         lines.append(f"  {d['what']:18s} {state}{extra}{'  (' + d['note'] + ')' if d['note'] else ''}")
     g = rep["regrade"]
     if g:
-        lines.append(f"  re-graded σ {_f(g.get('score'))} vs recorded {_f(g.get('recorded_score'))} "
-                     f"(tolerance {_f(g.get('tolerance'))}): "
-                     + {True: "AGREES", False: "DISAGREES", None: "not comparable"}[g["agrees"]]
-                     + (f" [{g['reason']}]" if g.get("reason") else ""))
+        lines.append(
+            f"  re-graded σ {_f(g.get('score'))} vs recorded {_f(g.get('recorded_score'))} "
+            f"(tolerance {_f(g.get('tolerance'))}): "
+            + {True: "AGREES", False: "DISAGREES", None: "not comparable"}[g["agrees"]]
+            + (f" [{g['reason']}]" if g.get("reason") else "")
+        )
     lines.append(f"  written to {rep['audit_dir']}/audit.json")
     return "\n".join(lines)

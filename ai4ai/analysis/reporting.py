@@ -14,6 +14,7 @@ never averaged together unless `mix=true`. Each section has
 Only the latest row of a run directory counts, and of a rerun cell (task, agent config,
 scale, seed, version, device class) only the latest run; `error` rows are counted, never scored.
 """
+
 from __future__ import annotations
 
 import base64
@@ -30,6 +31,7 @@ from ai4ai.analysis.runs import NO_SANDBOX_MARK, Section, build_sections, load_r
 
 # --------------------------------------------------------------------------- formats
 
+
 def _fmt(v, digits: int = 3) -> str:
     if v is None:
         return "–"
@@ -44,29 +46,81 @@ def _raw(v) -> str:
     return "–" if v is None else f"{v:.4g}"
 
 
-LEADER_COLS = [("agent", "agent"), ("kind", "kind"), ("model", "model"), ("effort", "effort"), ("sigma", "mean σ"),
-               ("ci", "95% interval"), ("tasks", "tasks"), ("runs", "runs"), ("errors", "errors"), ("cost_usd", "cost (USD)")]
+LEADER_COLS = [
+    ("agent", "agent"),
+    ("kind", "kind"),
+    ("model", "model"),
+    ("effort", "effort"),
+    ("sigma", "mean σ"),
+    ("ci", "95% interval"),
+    ("tasks", "tasks"),
+    ("runs", "runs"),
+    ("errors", "errors"),
+    ("cost_usd", "cost (USD)"),
+]
 
 
 def leaderboard_cells(row: dict, task_names: list[str]) -> list[str]:
     ci = "–" if row["ci_low"] is None else f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
-    cells = [row["agent"], row["kind"], row["model"] or "–", row["effort"] or "–", _fmt(row["sigma"]), ci,
-             str(row["tasks"]), str(row["runs"]), str(row["errors"]), _fmt(row["cost_usd"], 2)]
+    cells = [
+        row["agent"],
+        row["kind"],
+        row["model"] or "–",
+        row["effort"] or "–",
+        _fmt(row["sigma"]),
+        ci,
+        str(row["tasks"]),
+        str(row["runs"]),
+        str(row["errors"]),
+        _fmt(row["cost_usd"], 2),
+    ]
     return cells + [_fmt(row[f"task:{t}"]) for t in task_names]
 
 
 def task_cells(row: dict) -> list[str]:
     raw = "–" if row["raw_mean"] is None else f"{row['raw_mean']:.4g} ± {row['raw_std']:.2g}"
-    return [row["task"], row["agent"], str(row["runs"]), str(row["seeds"]), row["metric"], raw, _raw(row["no_info"]),
-            _raw(row["baseline"]), _raw(row["best"]), _fmt(row["sigma"]), _fmt(row["share_0.1_to_1"])]
+    return [
+        row["task"],
+        row["agent"],
+        str(row["runs"]),
+        str(row["seeds"]),
+        row["metric"],
+        raw,
+        _raw(row["no_info"]),
+        _raw(row["baseline"]),
+        _raw(row["best"]),
+        _fmt(row["sigma"]),
+        _fmt(row["share_0.1_to_1"]),
+    ]
 
 
-TASK_HEAD = ["task", "agent", "runs", "seeds", "metric", "raw mean ± std", "0 anchor", "0.1 anchor", "1.0 anchor",
-             "σ", "share of 0.1→1.0"]
+TASK_HEAD = [
+    "task",
+    "agent",
+    "runs",
+    "seeds",
+    "metric",
+    "raw mean ± std",
+    "0 anchor",
+    "0.1 anchor",
+    "1.0 anchor",
+    "σ",
+    "share of 0.1→1.0",
+]
 CLASS_HEAD = ["class", "runs", "mean σ", "human labels", "agents"]
 SUB_HEAD = ["run", "task", "agent", "σ", "class", "source", "reason", "flags"]
-TRAJ_HEAD = ["agent", "runs", "with proxy", "proxy calls", "improved over first", "ended below best",
-             "mean best proxy", "mean final proxy", "best − final", "hidden σ − final proxy"]
+TRAJ_HEAD = [
+    "agent",
+    "runs",
+    "with proxy",
+    "proxy calls",
+    "improved over first",
+    "ended below best",
+    "mean best proxy",
+    "mean final proxy",
+    "best − final",
+    "hidden σ − final proxy",
+]
 
 
 def class_cells(row):
@@ -74,14 +128,31 @@ def class_cells(row):
 
 
 def sub_cells(row):
-    return [Path(row["run_dir"]).name, row["task"], row["agent"], _fmt(row["sigma"]), row["class"], row["source"],
-            row["reason"], row["flags"]]
+    return [
+        Path(row["run_dir"]).name,
+        row["task"],
+        row["agent"],
+        _fmt(row["sigma"]),
+        row["class"],
+        row["source"],
+        row["reason"],
+        row["flags"],
+    ]
 
 
 def traj_cells(row):
-    return [row["agent"], str(row["runs"]), str(row["runs_with_proxy"]), str(row["proxy_calls"]),
-            _fmt(row["improved_over_first"], 2), _fmt(row["ended_below_best"], 2), _fmt(row["mean_best_proxy"]),
-            _fmt(row["mean_final_proxy"]), _fmt(row["best_minus_final"]), _fmt(row["hidden_minus_final_proxy"])]
+    return [
+        row["agent"],
+        str(row["runs"]),
+        str(row["runs_with_proxy"]),
+        str(row["proxy_calls"]),
+        _fmt(row["improved_over_first"], 2),
+        _fmt(row["ended_below_best"], 2),
+        _fmt(row["mean_best_proxy"]),
+        _fmt(row["mean_final_proxy"]),
+        _fmt(row["best_minus_final"]),
+        _fmt(row["hidden_minus_final_proxy"]),
+    ]
 
 
 def _group_title(g: tuple) -> str:
@@ -92,32 +163,67 @@ def _group_title(g: tuple) -> str:
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
     esc = [[c.replace("|", "\\|") for c in r] for r in rows]
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-                     + ["| " + " | ".join(r) + " |" for r in esc])
+    return "\n".join(
+        ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+        + ["| " + " | ".join(r) + " |" for r in esc]
+    )
 
 
 def to_markdown(sections: list[Section], meta: dict) -> str:
-    out = ["# ai4ai report", "", f"results: `{meta['results']}` · {meta['runs']} runs counted, "
-           f"{meta['superseded']} older rows superseded · generated {meta['generated']}", ""]
+    out = [
+        "# ai4ai report",
+        "",
+        f"results: `{meta['results']}` · {meta['runs']} runs counted, "
+        f"{meta['superseded']} older rows superseded · generated {meta['generated']}",
+        "",
+    ]
     for s in sections:
-        out += [f"## {_group_title(s.group)}", "", "### Leaderboard", "",
-                _md_table([h for _, h in LEADER_COLS] + s.task_names, [leaderboard_cells(r, s.task_names) for r in s.leaderboard])]
+        out += [
+            f"## {_group_title(s.group)}",
+            "",
+            "### Leaderboard",
+            "",
+            _md_table(
+                [h for _, h in LEADER_COLS] + s.task_names, [leaderboard_cells(r, s.task_names) for r in s.leaderboard]
+            ),
+        ]
         if any(NO_SANDBOX_MARK in r["agent"] for r in s.leaderboard):
             out += ["", f"{NO_SANDBOX_MARK} at least one run of this agent ran without a sandbox (backend `none`)."]
-        out += ["", "### Per task", "", _md_table(TASK_HEAD, [task_cells(r) for r in s.tasks]),
-                "", "### Changed how the model learns", "", _md_table(CLASS_HEAD, [class_cells(r) for r in s.classes]),
-                "", _md_table(SUB_HEAD, [sub_cells(r) for r in s.submissions]),
-                "", "### Proxy trajectories", "", _md_table(TRAJ_HEAD, [traj_cells(r) for r in s.trajectories]), ""]
+        out += [
+            "",
+            "### Per task",
+            "",
+            _md_table(TASK_HEAD, [task_cells(r) for r in s.tasks]),
+            "",
+            "### Changed how the model learns",
+            "",
+            _md_table(CLASS_HEAD, [class_cells(r) for r in s.classes]),
+            "",
+            _md_table(SUB_HEAD, [sub_cells(r) for r in s.submissions]),
+            "",
+            "### Proxy trajectories",
+            "",
+            _md_table(TRAJ_HEAD, [traj_cells(r) for r in s.trajectories]),
+            "",
+        ]
     return "\n".join(out)
 
 
 def write_csvs(sections: list[Section], out: Path) -> list[Path]:
-    tables = {"leaderboard": "leaderboard", "tasks": "tasks", "submissions": "submissions", "classes": "classes",
-              "trajectories": "trajectories"}
+    tables = {
+        "leaderboard": "leaderboard",
+        "tasks": "tasks",
+        "submissions": "submissions",
+        "classes": "classes",
+        "trajectories": "trajectories",
+    }
     paths = []
     for name, attr in tables.items():
-        rows = [{"scale": s.group[0], "device_class": s.group[1], "benchmark_version": s.group[2], **row}
-                for s in sections for row in getattr(s, attr)]
+        rows = [
+            {"scale": s.group[0], "device_class": s.group[1], "benchmark_version": s.group[2], **row}
+            for s in sections
+            for row in getattr(s, attr)
+        ]
         keys = list(dict.fromkeys(k for row in rows for k in row))
         path = out / f"{name}.csv"
         with open(path, "w", newline="") as f:
@@ -130,10 +236,12 @@ def write_csvs(sections: list[Section], out: Path) -> list[Path]:
 
 # --------------------------------------------------------------------------- plots and HTML
 
+
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     import matplotlib.pyplot as plt
+
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
 
@@ -141,8 +249,10 @@ def _png(fig) -> str:
 def plots(sec: Section) -> list[tuple[str, str]]:
     """(caption, base64 PNG) for one section."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     out = []
     rows, tasks = sec.leaderboard, sec.task_names
     if rows and tasks:
@@ -173,7 +283,7 @@ def plots(sec: Section) -> list[tuple[str, str]]:
         fig, ax = plt.subplots(figsize=(6, 3.4))
         for name, (curve, hidden) in sorted(sec.curves.items()):
             xs, ys = zip(*curve)
-            line, = ax.plot(xs, ys, marker=".", label=name)
+            (line,) = ax.plot(xs, ys, marker=".", label=name)
             if hidden is not None:
                 ax.plot([xs[-1]], [hidden], marker="*", ms=10, color=line.get_color())
         ax.axhline(0.1, color="k", ls="--", lw=0.8)
@@ -192,8 +302,13 @@ def plots(sec: Section) -> list[tuple[str, str]]:
         better = {"max": "higher", "min": "lower"}.get(direction)
         ax.set_ylabel(f"proxy validation {metric or 'metric'}" + (f" ({better} is better)" if better else ""))
         ax.legend(fontsize=7)
-        out.append((f"Proxy trajectories of {task} (graded on a fresh instance: the raw validation metric "
-                    "on the visible instance, no σ)", _png(fig)))
+        out.append(
+            (
+                f"Proxy trajectories of {task} (graded on a fresh instance: the raw validation metric "
+                "on the visible instance, no σ)",
+                _png(fig),
+            )
+        )
     return out
 
 
@@ -211,38 +326,63 @@ h2{border-bottom:2px solid #ddd;padding-bottom:4px}"""
 
 
 def to_html(sections: list[Section], meta: dict) -> str:
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>ai4ai report</title><style>{CSS}</style>"
-             "</head><body><h1>ai4ai report</h1>",
-             f"<p>results: <code>{html.escape(meta['results'])}</code> · {meta['runs']} runs counted, "
-             f"{meta['superseded']} older rows superseded · generated {html.escape(meta['generated'])}</p>"]
+    parts = [
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>ai4ai report</title><style>{CSS}</style>"
+        "</head><body><h1>ai4ai report</h1>",
+        f"<p>results: <code>{html.escape(meta['results'])}</code> · {meta['runs']} runs counted, "
+        f"{meta['superseded']} older rows superseded · generated {html.escape(meta['generated'])}</p>",
+    ]
     for s in sections:
         parts.append(f"<h2>{html.escape(_group_title(s.group))}</h2><h3>Leaderboard</h3>")
-        parts.append(_html_table([h for _, h in LEADER_COLS] + s.task_names,
-                                 [leaderboard_cells(r, s.task_names) for r in s.leaderboard]))
+        parts.append(
+            _html_table(
+                [h for _, h in LEADER_COLS] + s.task_names, [leaderboard_cells(r, s.task_names) for r in s.leaderboard]
+            )
+        )
         if any(NO_SANDBOX_MARK in r["agent"] for r in s.leaderboard):
-            parts.append(f"<p>{NO_SANDBOX_MARK} at least one run of this agent ran without a sandbox (backend none).</p>")
+            parts.append(
+                f"<p>{NO_SANDBOX_MARK} at least one run of this agent ran without a sandbox (backend none).</p>"
+            )
         for caption, b64 in plots(s):
-            parts.append(f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{b64}'>"
-                         f"<figcaption>{html.escape(caption)}</figcaption></figure>")
-        parts += ["<h3>Per task</h3>", _html_table(TASK_HEAD, [task_cells(r) for r in s.tasks]),
-                  "<h3>Changed how the model learns</h3>", _html_table(CLASS_HEAD, [class_cells(r) for r in s.classes]),
-                  _html_table(SUB_HEAD, [sub_cells(r) for r in s.submissions]),
-                  "<h3>Proxy trajectories</h3>", _html_table(TRAJ_HEAD, [traj_cells(r) for r in s.trajectories])]
+            parts.append(
+                f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{b64}'>"
+                f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+            )
+        parts += [
+            "<h3>Per task</h3>",
+            _html_table(TASK_HEAD, [task_cells(r) for r in s.tasks]),
+            "<h3>Changed how the model learns</h3>",
+            _html_table(CLASS_HEAD, [class_cells(r) for r in s.classes]),
+            _html_table(SUB_HEAD, [sub_cells(r) for r in s.submissions]),
+            "<h3>Proxy trajectories</h3>",
+            _html_table(TRAJ_HEAD, [traj_cells(r) for r in s.trajectories]),
+        ]
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
 # --------------------------------------------------------------------------- entry
 
-def report(results: Path, out: Path, scale: str | None = None, mix: bool = False, labels: Path | None = None,
-           formats: tuple = ("md", "csv", "html")) -> dict:
+
+def report(
+    results: Path,
+    out: Path,
+    scale: str | None = None,
+    mix: bool = False,
+    labels: Path | None = None,
+    formats: tuple = ("md", "csv", "html"),
+) -> dict:
     """Write the report's files into `out`; returns {"markdown": text, "files": [paths], "sections": [...]}."""
     runs, superseded = load_runs(Path(results))
     if scale:
         runs = [r for r in runs if r.result["scale"] == scale]
     sections = build_sections(runs, read_labels(labels), mix)
-    meta = {"results": str(results), "runs": len(runs), "superseded": superseded,
-            "generated": time.strftime("%Y-%m-%d %H:%M:%S")}
+    meta = {
+        "results": str(results),
+        "runs": len(runs),
+        "superseded": superseded,
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     md = to_markdown(sections, meta)

@@ -6,6 +6,7 @@ with its leaderboard, per-task breakdown, submission classes and proxy trajector
 statistics behind them (a hierarchical bootstrap over tasks and seeds). `ai4ai.analysis.reporting`
 writes the sections as Markdown, CSV and HTML.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,6 +29,7 @@ NO_SANDBOX_MARK = "†"
 
 
 # --------------------------------------------------------------------------- loading
+
 
 @dataclass(frozen=True)
 class Run:
@@ -74,8 +76,14 @@ def load_runs(db: Path) -> tuple[list[Run], int]:
     by_cell = {}
     for run in by_dir.values():
         r = run.result
-        cell = (r["task"], config_sha(r.get("agent_config") or {}), r["scale"], r.get("seed"), r["benchmark_version"],
-                r["provenance"].get("device_class"))
+        cell = (
+            r["task"],
+            config_sha(r.get("agent_config") or {}),
+            r["scale"],
+            r.get("seed"),
+            r["benchmark_version"],
+            r["provenance"].get("device_class"),
+        )
         by_cell[cell] = run
     runs = list(by_cell.values())
     return runs, len(rows) - len(runs)
@@ -126,6 +134,7 @@ def classify_run(run: Run, labels: dict) -> tuple[Classification, str]:
 
 # --------------------------------------------------------------------------- statistics
 
+
 def _mean(xs) -> float | None:
     xs = [x for x in xs if x is not None]
     return float(sum(xs) / len(xs)) if xs else None
@@ -162,15 +171,16 @@ def hierarchical_interval(per_task: dict, level: float = 0.95, n: int = 2000, se
 
 # --------------------------------------------------------------------------- tables
 
+
 @dataclass
 class Section:
-    group: tuple                       # (scale, device class, version), or ("mixed",) * 3
+    group: tuple  # (scale, device class, version), or ("mixed",) * 3
     leaderboard: list = field(default_factory=list)
     tasks: list = field(default_factory=list)
     submissions: list = field(default_factory=list)
     classes: list = field(default_factory=list)
     trajectories: list = field(default_factory=list)
-    curves: dict = field(default_factory=dict)      # run label -> [(minutes, proxy)], hidden score
+    curves: dict = field(default_factory=dict)  # run label -> [(minutes, proxy)], hidden score
     # runs whose proxy calls carry no score (a task graded on a fresh instance): task -> (metric name,
     # direction, {run label: [(minutes, raw validation metric)]})
     raw_curves: dict = field(default_factory=dict)
@@ -182,19 +192,27 @@ def leaderboard(runs: list[Run], task_names: list[str]) -> list[dict]:
     rows = []
     for agent in sorted({r.agent for r in runs}):
         mine = [r for r in runs if r.agent == agent]
-        per_task = {t: [s for r in mine if r.result["task"] == t and r.scored for s in r.seed_scores]
-                    for t in task_names}
+        per_task = {
+            t: [s for r in mine if r.result["task"] == t and r.scored for s in r.seed_scores] for t in task_names
+        }
         per_task = {t: v for t, v in per_task.items() if v}
         means = {t: float(np.mean(v)) for t, v in per_task.items()}
         costs = [(r.result.get("cost") or {}).get("usd") for r in mine]
         costs = [c for c in costs if c is not None]
         lo, hi = hierarchical_interval(per_task)
-        row = {"agent": agent[0] + (NO_SANDBOX_MARK if any(r.no_sandbox for r in mine) else ""),
-               "kind": agent[1], "model": agent[2], "effort": agent[3],
-               "sigma": _mean(means.values()), "ci_low": lo if per_task else None, "ci_high": hi if per_task else None,
-               "tasks": len(per_task), "runs": sum(r.scored for r in mine),
-               "errors": sum(r.result["status"] == "error" for r in mine),
-               "cost_usd": float(sum(costs)) if costs else None}
+        row = {
+            "agent": agent[0] + (NO_SANDBOX_MARK if any(r.no_sandbox for r in mine) else ""),
+            "kind": agent[1],
+            "model": agent[2],
+            "effort": agent[3],
+            "sigma": _mean(means.values()),
+            "ci_low": lo if per_task else None,
+            "ci_high": hi if per_task else None,
+            "tasks": len(per_task),
+            "runs": sum(r.scored for r in mine),
+            "errors": sum(r.result["status"] == "error" for r in mine),
+            "cost_usd": float(sum(costs)) if costs else None,
+        }
         row.update({f"task:{t}": means.get(t) for t in task_names})
         rows.append(row)
     rows.sort(key=lambda r: -(r["sigma"] if r["sigma"] is not None else -1))
@@ -211,12 +229,22 @@ def task_breakdown(runs: list[Run]) -> list[dict]:
             raws = [x for r in mine for x in (r.result["raw"].get("per_seed") or []) if isinstance(x, (int, float))]
             latest = mine[-1].result
             sig = task_mean(mine)
-            rows.append({"task": task, "agent": agent[0], "runs": len(mine),
-                         "seeds": sum(len(r.seed_scores) for r in mine), "metric": latest["raw"]["metric"],
-                         "raw_mean": _mean(raws), "raw_std": _std(raws),
-                         "no_info": latest["anchors"]["no_info"], "baseline": latest["anchors"]["baseline"],
-                         "best": latest["anchors"]["best"], "sigma": sig,
-                         "share_0.1_to_1": (sig - 0.1) / 0.9 if sig is not None else None})
+            rows.append(
+                {
+                    "task": task,
+                    "agent": agent[0],
+                    "runs": len(mine),
+                    "seeds": sum(len(r.seed_scores) for r in mine),
+                    "metric": latest["raw"]["metric"],
+                    "raw_mean": _mean(raws),
+                    "raw_std": _std(raws),
+                    "no_info": latest["anchors"]["no_info"],
+                    "baseline": latest["anchors"]["baseline"],
+                    "best": latest["anchors"]["best"],
+                    "sigma": sig,
+                    "share_0.1_to_1": (sig - 0.1) / 0.9 if sig is not None else None,
+                }
+            )
     return rows
 
 
@@ -224,22 +252,37 @@ def submission_table(runs: list[Run], labels: dict) -> list[dict]:
     rows = []
     for r in runs:
         c, source = classify_run(r, labels)
-        rows.append({"run_dir": str(r.run_dir), "task": r.result["task"], "agent": r.agent[0],
-                     "status": r.result["status"], "sigma": r.result.get("score"),
-                     "patch_sha256": (r.result.get("submission") or {}).get("sha256"),
-                     "class": c.label, "source": source, "reason": c.reason,
-                     "flags": "; ".join(r.result.get("flags") or [])})    # e.g. seeds collapsed to one run
+        rows.append(
+            {
+                "run_dir": str(r.run_dir),
+                "task": r.result["task"],
+                "agent": r.agent[0],
+                "status": r.result["status"],
+                "sigma": r.result.get("score"),
+                "patch_sha256": (r.result.get("submission") or {}).get("sha256"),
+                "class": c.label,
+                "source": source,
+                "reason": c.reason,
+                "flags": "; ".join(r.result.get("flags") or []),
+            }
+        )  # e.g. seeds collapsed to one run
     return rows
 
 
 def class_table(subs: list[dict]) -> list[dict]:
     rows = []
     for label in LABELS:
-        mine = [s for s in subs if s["class"] == label and s["status"] != "error"]     # errors are not scored
+        mine = [s for s in subs if s["class"] == label and s["status"] != "error"]  # errors are not scored
         if mine:
-            rows.append({"class": label, "runs": len(mine), "mean_sigma": _mean(s["sigma"] for s in mine),
-                         "overridden": sum(s["source"] == "override" for s in mine),
-                         "agents": ", ".join(sorted({s["agent"] for s in mine}))})
+            rows.append(
+                {
+                    "class": label,
+                    "runs": len(mine),
+                    "mean_sigma": _mean(s["sigma"] for s in mine),
+                    "overridden": sum(s["source"] == "override" for s in mine),
+                    "agents": ", ".join(sorted({s["agent"] for s in mine})),
+                }
+            )
     return rows
 
 
@@ -250,20 +293,30 @@ def trajectory_table(runs: list[Run]) -> list[dict]:
         with_proxy = []
         for r in mine:
             t = r.result.get("trajectory") or {}
-            first, best, final = (trajectory.proxy_score(t.get(k) or {}) for k in ("first_valid_proxy", "best_proxy", "final_proxy"))
+            first, best, final = (
+                trajectory.proxy_score(t.get(k) or {}) for k in ("first_valid_proxy", "best_proxy", "final_proxy")
+            )
             if (t.get("proxy_calls") or 0) > 0 and first is not None:
                 with_proxy.append((r, first, best, final, t.get("regressed_after_best")))
         improved = [b is not None and b > f for _, f, b, _, _ in with_proxy]
         below = [(fi < b) if (fi is not None and b is not None) else bool(reg) for _, _, b, fi, reg in with_proxy]
         gaps = [r.result["score"] - fi for r, _, _, fi, _ in with_proxy if fi is not None and r.scored]
-        rows.append({"agent": agent[0], "runs": len(mine), "runs_with_proxy": len(with_proxy),
-                     "proxy_calls": sum((r.result.get("trajectory") or {}).get("proxy_calls") or 0 for r in mine),
-                     "improved_over_first": _mean([float(x) for x in improved]),
-                     "ended_below_best": _mean([float(x) for x in below]),
-                     "mean_best_proxy": _mean([b for _, _, b, _, _ in with_proxy]),
-                     "mean_final_proxy": _mean([fi for _, _, _, fi, _ in with_proxy]),
-                     "best_minus_final": _mean([b - fi for _, _, b, fi, _ in with_proxy if b is not None and fi is not None]),
-                     "hidden_minus_final_proxy": _mean(gaps)})
+        rows.append(
+            {
+                "agent": agent[0],
+                "runs": len(mine),
+                "runs_with_proxy": len(with_proxy),
+                "proxy_calls": sum((r.result.get("trajectory") or {}).get("proxy_calls") or 0 for r in mine),
+                "improved_over_first": _mean([float(x) for x in improved]),
+                "ended_below_best": _mean([float(x) for x in below]),
+                "mean_best_proxy": _mean([b for _, _, b, _, _ in with_proxy]),
+                "mean_final_proxy": _mean([fi for _, _, _, fi, _ in with_proxy]),
+                "best_minus_final": _mean(
+                    [b - fi for _, _, b, fi, _ in with_proxy if b is not None and fi is not None]
+                ),
+                "hidden_minus_final_proxy": _mean(gaps),
+            }
+        )
     return rows
 
 

@@ -3,6 +3,7 @@
 The library of `python -m ai4ai.check_task` (check_task.py): one line per check (PASS / FAIL /
 WARN with what to fix); `check` returns 1 on any FAIL.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,11 +26,11 @@ from ai4ai.grading.seeds import grade_seeds
 from ai4ai.repo.patches import PatchFormatError
 from ai4ai.repo.submission import from_patch
 
-EXAMPLE_MARGIN = 3.0        # an example must beat 0.1 by more than 3 x the seed noise
-ANCHOR_MARGIN = 5.0         # anchors must be separated by more than 5 x the seed std of phi
-TOY_LEVEL = 0.8             # no known method may reach this
-EVAL_NOISE_MAX = 0.01       # the test split's own sampling noise, in sigma
-REPRODUCE_SIGMAS = 3.0      # the shipped algorithm on the grader seeds may differ from 0.1 by this many SEs
+EXAMPLE_MARGIN = 3.0  # an example must beat 0.1 by more than 3 x the seed noise
+ANCHOR_MARGIN = 5.0  # anchors must be separated by more than 5 x the seed std of phi
+TOY_LEVEL = 0.8  # no known method may reach this
+EVAL_NOISE_MAX = 0.01  # the test split's own sampling noise, in sigma
+REPRODUCE_SIGMAS = 3.0  # the shipped algorithm on the grader seeds may differ from 0.1 by this many SEs
 
 
 def shipped_tolerance(noise: float, n_graded: int, n_calibration: int) -> float:
@@ -71,20 +72,27 @@ def contract_checks(task: Task, rep: Report) -> None:
     rep.check(repo.is_dir(), f"repo {_rel(repo)} exists", "create it (copy repos_frozen/optimizer)")
     rep.check((repo / "README.md").is_file(), "repo README.md exists (what the agent reads)", "write README.md")
     script = next((a for a in shlex.split(task.entry) if a.endswith(".py")), None)
-    rep.check(script is not None and (repo / script).is_file(), f"entry script of {task.entry!r} exists",
-              "entry must name a .py file in the repo, e.g. 'python train.py'")
+    rep.check(
+        script is not None and (repo / script).is_file(),
+        f"entry script of {task.entry!r} exists",
+        "entry must name a .py file in the repo, e.g. 'python train.py'",
+    )
     for f in task.editable_files:
         rep.check((repo / f).is_file(), f"editable file {f} exists", f"{f} is listed under editable.files but missing")
     if task.editable_folder:
-        rep.check((repo / task.editable_folder).is_dir(), f"editable folder {task.editable_folder}/ exists",
-                  "create it (it may hold only __init__.py)")
+        rep.check(
+            (repo / task.editable_folder).is_dir(),
+            f"editable folder {task.editable_folder}/ exists",
+            "create it (it may hold only __init__.py)",
+        )
     for f in task.protected:
         rep.check((repo / f).is_file(), f"protected file {f} exists", f"{f} is listed under protected but missing")
         rep.check(not task.is_editable(f), f"{f} is not both protected and editable", "remove it from one list")
     mod, fn = task.model.split(":")
     mod_file = repo / (mod.replace(".", "/") + ".py")
-    defines = mod_file.is_file() and any(isinstance(n, ast.FunctionDef) and n.name == fn
-                                         for n in ast.parse(mod_file.read_text()).body)
+    defines = mod_file.is_file() and any(
+        isinstance(n, ast.FunctionDef) and n.name == fn for n in ast.parse(mod_file.read_text()).body
+    )
     rep.check(defines, f"model builder {task.model} is defined", f"{mod_file} must define {fn}(scale)")
     rep.check(not task.is_editable(mod_file.name), "the model definition is protected", "do not list it as editable")
     if task.data_checksums:
@@ -96,30 +104,47 @@ def contract_checks(task: Task, rep: Report) -> None:
                 if not f.exists():
                     rep.warn(f"data file {name}", "not committed (made by the prepare step at its scale)")
                     continue
-                rep.check(hashlib.sha256(f.read_bytes()).hexdigest() == digest, f"checksum of data/{name}",
-                          "the file changed since SHA256SUMS was written; regenerate it with the prepare step")
+                rep.check(
+                    hashlib.sha256(f.read_bytes()).hexdigest() == digest,
+                    f"checksum of data/{name}",
+                    "the file changed since SHA256SUMS was written; regenerate it with the prepare step",
+                )
     for v in task.validation_files:
         rep.check((repo / v).is_file(), f"validation split {v} exists", "the proxy evaluation needs it")
     try:
         g = load_grader(task.name, task.grader)
         rep.check(True, f"hidden grader {_rel(task.grader)} exports {', '.join(REQUIRED)}")
-        rep.check({"selection", "test"} <= set(g.SPLITS), "grader has selection and test splits",
-                  "SPLITS must name 'selection' and 'test'")
+        rep.check(
+            {"selection", "test"} <= set(g.SPLITS),
+            "grader has selection and test splits",
+            "SPLITS must name 'selection' and 'test'",
+        )
         if isinstance(task.metric.best, str):
-            rep.check(hasattr(g, "best_attainable"), f"grader implements best_attainable (metric.best={task.metric.best})",
-                      "add best_attainable(split, cfg) or give metric.best as a number")
+            rep.check(
+                hasattr(g, "best_attainable"),
+                f"grader implements best_attainable (metric.best={task.metric.best})",
+                "add best_attainable(split, cfg) or give metric.best as a number",
+            )
         if task.prepare:
-            rep.check(hasattr(g, task.prepare), f"grader implements {task.prepare}()", "data.prepare names a missing function")
+            rep.check(
+                hasattr(g, task.prepare), f"grader implements {task.prepare}()", "data.prepare names a missing function"
+            )
         if task.grading_data:
-            rep.check(hasattr(g, task.grading_data), f"grader implements {task.grading_data}() (the graded instance's split)",
-                      "data.grading names a function the grader package does not export")
+            rep.check(
+                hasattr(g, task.grading_data),
+                f"grader implements {task.grading_data}() (the graded instance's split)",
+                "data.grading names a function the grader package does not export",
+            )
     except Exception as e:  # noqa: BLE001 - report any import failure as a failed check
         rep.check(False, f"hidden grader {task.grader} loads", f"{type(e).__name__}: {e}")
     for p in sorted((PROJECT_ROOT / "examples" / task.name).glob("*.patch")):
         try:
             sub = from_patch(task, task.repo, p.read_text())
-            rep.check(not sub.rejected and sub.files, f"example {p.name} applies cleanly",
-                      f"rejected: {sub.rejected}" if sub.rejected else "it changes nothing")
+            rep.check(
+                not sub.rejected and sub.files,
+                f"example {p.name} applies cleanly",
+                f"rejected: {sub.rejected}" if sub.rejected else "it changes nothing",
+            )
         except PatchFormatError as e:
             rep.check(False, f"example {p.name} is a unified diff", str(e))
 
@@ -138,17 +163,29 @@ def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) 
     # larger (a deterministic shipped algorithm has no seed spread at all).
     sd = max(rec.phi_std, se or 0.0)
     if task.deterministic:
-        rep.check(se is not None, "a deterministic task measures its evaluation noise",
-                  "deterministic: true needs evaluate_with_noise() in the grader (its noise floor)")
-    rep.check(pb - p0 > ANCHOR_MARGIN * sd, f"shipped above no-info by {(pb - p0) / max(sd, 1e-12):.1f} x noise",
-              f"phib - phi0 = {pb - p0:.4g} must exceed {ANCHOR_MARGIN} x {sd:.4g}: the shipped algorithm barely learns")
-    rep.check(p1 - pb > ANCHOR_MARGIN * sd, f"best above shipped by {(p1 - pb) / max(sd, 1e-12):.1f} x noise",
-              f"phi1 - phib = {p1 - pb:.4g} must exceed {ANCHOR_MARGIN} x {sd:.4g}: no headroom above the noise")
-    noise = seed_noise_sigma(sd, a, m.direction, m.transform)   # the steeper (upper) branch
+        rep.check(
+            se is not None,
+            "a deterministic task measures its evaluation noise",
+            "deterministic: true needs evaluate_with_noise() in the grader (its noise floor)",
+        )
+    rep.check(
+        pb - p0 > ANCHOR_MARGIN * sd,
+        f"shipped above no-info by {(pb - p0) / max(sd, 1e-12):.1f} x noise",
+        f"phib - phi0 = {pb - p0:.4g} must exceed {ANCHOR_MARGIN} x {sd:.4g}: the shipped algorithm barely learns",
+    )
+    rep.check(
+        p1 - pb > ANCHOR_MARGIN * sd,
+        f"best above shipped by {(p1 - pb) / max(sd, 1e-12):.1f} x noise",
+        f"phi1 - phib = {p1 - pb:.4g} must exceed {ANCHOR_MARGIN} x {sd:.4g}: no headroom above the noise",
+    )
+    noise = seed_noise_sigma(sd, a, m.direction, m.transform)  # the steeper (upper) branch
     if se is not None:
         ev = 0.9 * se / (p1 - pb)
-        rep.check(ev <= EVAL_NOISE_MAX, f"test split sampling noise moves sigma by {ev:.4f}",
-                  f"must be <= {EVAL_NOISE_MAX}: enlarge the hidden test split")
+        rep.check(
+            ev <= EVAL_NOISE_MAX,
+            f"test split sampling noise moves sigma by {ev:.4f}",
+            f"must be <= {EVAL_NOISE_MAX}: enlarge the hidden test split",
+        )
     else:
         rep.warn("test split sampling noise", "the grader has no evaluate_with_noise(); not measured")
     setup = anchors.with_budget(ctx, rec)
@@ -156,23 +193,38 @@ def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) 
     say(f"grading the shipped algorithm on grader seeds {seeds}")
     base = grade_seeds(setup, from_patch(task, task.repo, ""), seeds, run_dir / "shipped")
     sb = score_seeds(task, base, a)
-    if rep.check(sb.status == "graded" and all(r.status == "graded" for r in base), "shipped algorithm grades",
-                 f"{sb.status}: {sb.reason}"):
+    if rep.check(
+        sb.status == "graded" and all(r.status == "graded" for r in base),
+        "shipped algorithm grades",
+        f"{sb.status}: {sb.reason}",
+    ):
         n_cal = len(rec.raw["seeds"])
         tol = shipped_tolerance(noise, len(seeds), n_cal)
-        rep.check(abs(sb.score - 0.1) <= tol, f"shipped algorithm on grader seeds scores {sb.score:.3f} "
-                  f"(0.1 +- {tol:.3f}: {REPRODUCE_SIGMAS:g} standard errors of a {len(seeds)}-seed mean against the {n_cal}-seed "
-                  "calibration's)", "the anchors do not reproduce on other seeds: recalibrate, or the task is "
-                  "too noisy (more calibration seeds, larger splits)")
-        digests = [hashlib.sha256((run_dir / "shipped" / f"seed_{r.seed}" / "checkpoints" / r.chosen).read_bytes())
-                   .hexdigest() for r in base]
+        rep.check(
+            abs(sb.score - 0.1) <= tol,
+            f"shipped algorithm on grader seeds scores {sb.score:.3f} "
+            f"(0.1 +- {tol:.3f}: {REPRODUCE_SIGMAS:g} standard errors of a {len(seeds)}-seed mean against the {n_cal}-seed "
+            "calibration's)",
+            "the anchors do not reproduce on other seeds: recalibrate, or the task is "
+            "too noisy (more calibration seeds, larger splits)",
+        )
+        digests = [
+            hashlib.sha256((run_dir / "shipped" / f"seed_{r.seed}" / "checkpoints" / r.chosen).read_bytes()).hexdigest()
+            for r in base
+        ]
         if task.deterministic:
-            rep.check(len(set(digests)) == 1, "seeds give identical weights (the task declares deterministic: true)",
-                      "the shipped algorithm depends on the seed: drop deterministic from the task config")
+            rep.check(
+                len(set(digests)) == 1,
+                "seeds give identical weights (the task declares deterministic: true)",
+                "the shipped algorithm depends on the seed: drop deterministic from the task config",
+            )
         else:
-            rep.check(len(set(digests)) == len(digests), "no two seeds give identical weights",
-                      "the training entry ignores --seed (if the shipped algorithm is deterministic by nature, "
-                      "say deterministic: true in the task config)")
+            rep.check(
+                len(set(digests)) == len(digests),
+                "no two seeds give identical weights",
+                "the training entry ignores --seed (if the shipped algorithm is deterministic by nature, "
+                "say deterministic: true in the task config)",
+            )
     examples = sorted((PROJECT_ROOT / "examples" / task.name).glob("*.patch"))
     if cfg.examples != "all":
         examples = [p for p in examples if p.name in set(cfg.examples)]
@@ -187,13 +239,20 @@ def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) 
             continue
         margin = (s.score - 0.1) / noise
         best_margin = max(best_margin, margin)
-        print(f"        {p.name}: sigma {s.score:.3f} (per seed {', '.join(f'{x:.3f}' for x in s.score_per_seed)}), "
-              f"{margin:.1f} x noise above 0.1")
-        rep.check(s.score < TOY_LEVEL, f"example {p.name} stays below {TOY_LEVEL} (sigma {s.score:.3f})",
-                  "a known method nearly solves the task: make it harder (DESIGN.md: a toy)")
-    rep.check(best_margin > EXAMPLE_MARGIN, f"an example beats 0.1 by more than {EXAMPLE_MARGIN} x noise "
-              f"(best {best_margin:.1f} x)", "add an example patch of a published improvement, or the task does "
-              "not discriminate algorithms above its noise")
+        print(
+            f"        {p.name}: sigma {s.score:.3f} (per seed {', '.join(f'{x:.3f}' for x in s.score_per_seed)}), "
+            f"{margin:.1f} x noise above 0.1"
+        )
+        rep.check(
+            s.score < TOY_LEVEL,
+            f"example {p.name} stays below {TOY_LEVEL} (sigma {s.score:.3f})",
+            "a known method nearly solves the task: make it harder (DESIGN.md: a toy)",
+        )
+    rep.check(
+        best_margin > EXAMPLE_MARGIN,
+        f"an example beats 0.1 by more than {EXAMPLE_MARGIN} x noise (best {best_margin:.1f} x)",
+        "add an example patch of a published improvement, or the task does not discriminate algorithms above its noise",
+    )
 
 
 def check(cfg: DictConfig, run_dir: Path, tuning=None) -> int:
@@ -213,7 +272,7 @@ def check(cfg: DictConfig, run_dir: Path, tuning=None) -> int:
         statistical_checks(cfg, task, rep, run_dir)
     elif cfg.stats:
         print("statistical checks skipped: fix the contract failures first")
-    if cfg.get("tuning") and contract_ok:      # the shipped recipe's own sweep (ai4ai/analysis/tuning.py)
+    if cfg.get("tuning") and contract_ok:  # the shipped recipe's own sweep (ai4ai/analysis/tuning.py)
         if tuning is None:
             raise ValueError("tuning=true needs the sweep's checks (check_task passes tuning.tuning_checks)")
         print(f"check_task {task.name}: tuning sweep at {cfg.scale.name}")

@@ -7,6 +7,7 @@ floor). A point that clears 0.1 by more than EXAMPLE_MARGIN x the noise fails th
 alone beats the shipped recipe, so the task would measure tuning, not algorithms (TASKS.md:
 honest baselines). The fix is to ship the best point as the default and recalibrate.
 """
+
 from __future__ import annotations
 
 import ast
@@ -59,8 +60,7 @@ def _same_kind(old, new) -> bool:
     if isinstance(old, float):
         return isinstance(new, (int, float))
     if isinstance(old, (tuple, list)):
-        return isinstance(new, tuple) and len(new) > 0 and all(
-            _same_kind(old[0] if old else n, n) for n in new)
+        return isinstance(new, tuple) and len(new) > 0 and all(_same_kind(old[0] if old else n, n) for n in new)
     return type(old) is type(new)
 
 
@@ -83,23 +83,30 @@ def patch_source(source: str, point: tuple, where: str = "train.py") -> str:
         nodes = consts.get(name)
         if not nodes:
             known = ", ".join(n for n in consts if n.isupper()) or "none"
-            raise TaskError(f"tuning point {label(point)}: {where} has no module-level constant {name} "
-                            f"(its constants: {known})")
+            raise TaskError(
+                f"tuning point {label(point)}: {where} has no module-level constant {name} (its constants: {known})"
+            )
         if len(nodes) > 1:
-            raise TaskError(f"tuning point {label(point)}: {where} assigns {name} {len(nodes)} times at "
-                            "module level; a tuned constant must be assigned once")
+            raise TaskError(
+                f"tuning point {label(point)}: {where} assigns {name} {len(nodes)} times at "
+                "module level; a tuned constant must be assigned once"
+            )
         node = nodes[0]
         try:
             old = ast.literal_eval(node)
         except ValueError:
-            raise TaskError(f"tuning point {label(point)}: {where}'s {name} is computed "
-                            f"({ast.unparse(node)}), not a literal; tune the literals it is computed from")
+            raise TaskError(
+                f"tuning point {label(point)}: {where}'s {name} is computed "
+                f"({ast.unparse(node)}), not a literal; tune the literals it is computed from"
+            )
         if not _same_kind(old, new):
-            raise TaskError(f"tuning point {label(point)}: {name} is {type(old).__name__} {old!r} in {where}, "
-                            f"the point gives {type(new).__name__} {new!r} (in YAML write floats with a dot: "
-                            "1.0e-3, not 1e-3)")
+            raise TaskError(
+                f"tuning point {label(point)}: {name} is {type(old).__name__} {old!r} in {where}, "
+                f"the point gives {type(new).__name__} {new!r} (in YAML write floats with a dot: "
+                "1.0e-3, not 1e-3)"
+            )
         if _render(old, new) == _render(old, old):
-            continue                     # the shipped value: its text stays as written (2e-3, not 0.002)
+            continue  # the shipped value: its text stays as written (2e-3, not 0.002)
         edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, _render(old, new)))
     # AST columns are UTF-8 byte offsets: edit the bytes, from the end so earlier offsets hold
     lines = source.encode().splitlines(keepends=True)
@@ -132,11 +139,12 @@ def point_patch(task: Task, point: tuple) -> str:
 
 # --------------------------------------------------------------------------- grading the sweep
 
+
 @dataclass(frozen=True)
 class Row:
     point: str
-    scored: Scored | None        # None: the point is the shipped recipe (not graded again)
-    margin: float | None         # (sigma - 0.1) / noise
+    scored: Scored | None  # None: the point is the shipped recipe (not graded again)
+    margin: float | None  # (sigma - 0.1) / noise
     verdict: str
 
 
@@ -159,8 +167,10 @@ def _row(point: tuple, s: Scored | None, noise: float) -> Row:
 
 def print_table(rows: list[Row], noise: float) -> None:
     w = max([len("point")] + [len(r.point) for r in rows])
-    print(f"        tuning sweep (noise {noise:.4f} sigma per seed; a point fails above "
-          f"{EXAMPLE_MARGIN:g} x noise over 0.1)")
+    print(
+        f"        tuning sweep (noise {noise:.4f} sigma per seed; a point fails above "
+        f"{EXAMPLE_MARGIN:g} x noise over 0.1)"
+    )
     print(f"        {'point':<{w}}  {'per-seed sigma':<24}  {'mean':>6}  {'margin':>7}  verdict")
     for r in rows:
         s = r.scored
@@ -174,15 +184,18 @@ def print_table(rows: list[Row], noise: float) -> None:
 def tuning_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) -> list[Row]:
     """Grade every point of the task's sweep at cfg's scale; one check per point. Returns the rows."""
     ctx = context(cfg, run_dir)
-    task = ctx.task                      # the composed config: a sweep may be given on the command line
-    if not rep.check(task.tuning is not None, "the task config declares a tuning sweep",
-                     "add a tuning: block to conf/task/<task>.yaml (points of train.py's main constants)"):
+    task = ctx.task  # the composed config: a sweep may be given on the command line
+    if not rep.check(
+        task.tuning is not None,
+        "the task config declares a tuning sweep",
+        "add a tuning: block to conf/task/<task>.yaml (points of train.py's main constants)",
+    ):
         return []
     if not task.tuning:
         rep.warn("tuning sweep", "the task config declares an empty sweep (the shipped recipe has nothing to tune)")
         return []
     try:
-        patches = [point_patch(task, pt) for pt in task.tuning]   # every point builds before any grading
+        patches = [point_patch(task, pt) for pt in task.tuning]  # every point builds before any grading
     except TaskError as e:
         rep.check(False, "tuning points build as patches of the entry script", str(e))
         return []
@@ -199,8 +212,13 @@ def tuning_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) -> li
         if not rep.check(not sub.rejected, f"tuning point {label(pt)} passes the patch filter", f"{sub.rejected}"):
             continue
         say(f"grading tuning point {label(pt)}")
-        rows.append(_row(pt, score_seeds(task, grade_seeds(setup, sub, seeds, run_dir / "tuning" / f"point_{i}"),
-                                         rec.anchors), noise))
+        rows.append(
+            _row(
+                pt,
+                score_seeds(task, grade_seeds(setup, sub, seeds, run_dir / "tuning" / f"point_{i}"), rec.anchors),
+                noise,
+            )
+        )
     print_table(rows, noise)
     for r in rows:
         if r.verdict == "shipped":
@@ -208,9 +226,11 @@ def tuning_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) -> li
         if r.verdict == "ERROR":
             rep.check(False, f"tuning point {r.point} grades", r.scored.reason)
             continue
-        rep.check(r.margin <= EXAMPLE_MARGIN,
-                  f"tuning point {r.point} stays within {EXAMPLE_MARGIN:g} x noise of 0.1 "
-                  f"(sigma {r.scored.score:.3f}, {r.margin:+.1f} x)",
-                  "tuning alone beats the shipped recipe: ship the best point as train.py's default (record "
-                  "the sweep in its comments) and recalibrate")
+        rep.check(
+            r.margin <= EXAMPLE_MARGIN,
+            f"tuning point {r.point} stays within {EXAMPLE_MARGIN:g} x noise of 0.1 "
+            f"(sigma {r.scored.score:.3f}, {r.margin:+.1f} x)",
+            "tuning alone beats the shipped recipe: ship the best point as train.py's default (record "
+            "the sweep in its comments) and recalibrate",
+        )
     return rows

@@ -1,4 +1,5 @@
 """What the harness prints while it works."""
+
 from __future__ import annotations
 
 import re
@@ -35,8 +36,15 @@ class TrainingBar:
             return
         n, total = int(m.group(1)), int(m.group(2))
         if self.bar is None:
-            self.bar = tqdm(total=total, desc=self.desc, unit="step", file=sys.stdout, leave=True,
-                            dynamic_ncols=True, mininterval=1.0)
+            self.bar = tqdm(
+                total=total,
+                desc=self.desc,
+                unit="step",
+                file=sys.stdout,
+                leave=True,
+                dynamic_ncols=True,
+                mininterval=1.0,
+            )
         self.bar.n = min(n, self.bar.total)
         self.bar.refresh()
 

@@ -26,6 +26,7 @@ the project's grader_hidden/. So a grader imports the graders' shared library, g
 finds, and a task whose grader makes it has the library's tree hash in its task version
 (provenance.task_version).
 """
+
 from __future__ import annotations
 
 import ast
@@ -43,9 +44,9 @@ import numpy as np
 from ai4ai import PROJECT_ROOT
 
 REQUIRED = ("SPLITS", "split", "evaluate", "uninformative")
-PACKAGE = "ai4ai_hidden"        # every grader is loaded as PACKAGE.<task>
-HIDDEN_DIR = "grader_hidden"    # PACKAGE's folder, under the project root
-COMMON = "common"               # the graders' shared library, grader_hidden/common/ (PACKAGE.common)
+PACKAGE = "ai4ai_hidden"  # every grader is loaded as PACKAGE.<task>
+HIDDEN_DIR = "grader_hidden"  # PACKAGE's folder, under the project root
+COMMON = "common"  # the graders' shared library, grader_hidden/common/ (PACKAGE.common)
 # Set (to a profile name, "cpu") in the harness's environment, it makes every repo's config.py and
 # every hidden grader use their shrunk `full` sizes: the same code paths as full, in seconds on a CPU.
 SHRINK_ENV = "AI4AI_SHRINK"
@@ -101,7 +102,7 @@ def uses_common(grader_dir: Path) -> bool:
         rel = p.relative_to(root)
         if "__pycache__" in rel.parts:
             continue
-        package = [PACKAGE, "task", *rel.parts[:-1]]         # the package a relative import starts from
+        package = [PACKAGE, "task", *rel.parts[:-1]]  # the package a relative import starts from
         for node in ast.walk(ast.parse(p.read_bytes(), str(p))):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -110,9 +111,8 @@ def uses_common(grader_dir: Path) -> bool:
             elif isinstance(node, ast.ImportFrom):
                 if node.level > len(package):
                     continue
-                base = ".".join(package[:len(package) - node.level + 1])
-                targets = ([f"{base}.{node.module}"] if node.module
-                           else [f"{base}.{a.name}" for a in node.names])
+                base = ".".join(package[: len(package) - node.level + 1])
+                targets = [f"{base}.{node.module}"] if node.module else [f"{base}.{a.name}" for a in node.names]
             else:
                 continue
             for t in targets:

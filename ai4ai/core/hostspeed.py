@@ -23,6 +23,7 @@ the recorded cap scaled by its own host's probe against the recorded one.
 The submission cannot reach the probe: the harness runs it before any training, outside every
 sandbox, with nothing from the submission's repo on its path.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,10 +62,10 @@ assert torch.isfinite(loss).item()
 print("probe ok")
 """
 
-RUNS = 2                  # probe runs a grading takes the least of (a calibration takes CALIBRATION_RUNS)
+RUNS = 2  # probe runs a grading takes the least of (a calibration takes CALIBRATION_RUNS)
 CALIBRATION_RUNS = 3
-FRESH_S = 900.0           # a host's probe runs are reused this long (same host, same boot)
-CLAMP = (0.25, 4.0)       # the factor here/there is held within this range, and the result says so
+FRESH_S = 900.0  # a host's probe runs are reused this long (same host, same boot)
+CLAMP = (0.25, 4.0)  # the factor here/there is held within this range, and the result says so
 # The probe's own spread on one host (least of two runs): about +-5%, single runs up to 10%. Only
 # the part of here/there beyond this band moves the cap, so that two gradings on one host, or on
 # hosts as alike as the probe can tell, get the same cap; a host 1.8x slower gets 1.7x.
@@ -75,9 +76,13 @@ def thread_env(threads: int) -> dict:
     """The thread-pool settings of a training run and of the probe. Passive pools: a spinning OpenMP
     worker burns CPU time while it waits for a core, and under load that would charge the machine's
     contention to the run's CPU cap."""
-    env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
-    if os.environ.get("ATEN_CPU_CAPABILITY"):     # a lowered kernel instruction set is part of the device class
+    env = {
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "KMP_BLOCKTIME": "0",
+    }
+    if os.environ.get("ATEN_CPU_CAPABILITY"):  # a lowered kernel instruction set is part of the device class
         env["ATEN_CPU_CAPABILITY"] = os.environ["ATEN_CPU_CAPABILITY"]
     return env
 
@@ -85,8 +90,14 @@ def thread_env(threads: int) -> dict:
 def probe_env(threads: int) -> dict:
     """The probe's environment: the thread settings of a training run (thread_env), no more."""
     keep = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
-    return {**keep, **thread_env(threads), "PYTHONDONTWRITEBYTECODE": "1",
-            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return {
+        **keep,
+        **thread_env(threads),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
 
 
 def run_probe(threads: int) -> float:
@@ -94,13 +105,17 @@ def run_probe(threads: int) -> float:
     with tempfile.TemporaryDirectory(prefix="ai4ai_probe_") as tmp:
         err_path = Path(tmp) / "stderr"
         with open(err_path, "w") as err:
-            p = subprocess.Popen([sys.executable, "-I", "-c", PROBE, str(threads)], cwd=tmp,
-                                 stdout=subprocess.DEVNULL, stderr=err, env=probe_env(threads))
+            p = subprocess.Popen(
+                [sys.executable, "-I", "-c", PROBE, str(threads)],
+                cwd=tmp,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=probe_env(threads),
+            )
             _, status, usage = os.wait4(p.pid, 0)
             p.returncode = os.waitstatus_to_exitcode(status)
         if p.returncode != 0:
-            raise RuntimeError(f"the host-speed probe failed (exit {p.returncode}): "
-                               f"{err_path.read_text()[-1500:]}")
+            raise RuntimeError(f"the host-speed probe failed (exit {p.returncode}): {err_path.read_text()[-1500:]}")
     return usage.ru_utime + usage.ru_stime
 
 
@@ -126,28 +141,41 @@ def measure(threads: int, runs: int = RUNS, fresh_s: float = FRESH_S) -> dict:
             old = json.loads(path.read_text())
         except (OSError, ValueError):
             old = {}
-        recent = [r for r in old.get("runs", []) if old.get("boot_id") == boot and now - r[0] <= fresh_s] \
-            if fresh_s > 0 else []
+        recent = (
+            [r for r in old.get("runs", []) if old.get("boot_id") == boot and now - r[0] <= fresh_s]
+            if fresh_s > 0
+            else []
+        )
         while len(recent) < runs:
             recent.append([time.time(), round(run_probe(threads), 3)])
-        recent = recent[-max(runs, CALIBRATION_RUNS):]
+        recent = recent[-max(runs, CALIBRATION_RUNS) :]
         path.write_text(json.dumps({"boot_id": boot, "host": socket.gethostname(), "runs": recent}))
     used = [r[1] for r in recent[-runs:]]
-    return {"cpu_s": min(used), "runs": used, "threads": threads, "host": socket.gethostname(),
-            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(max(r[0] for r in recent[-runs:])))}
+    return {
+        "cpu_s": min(used),
+        "runs": used,
+        "threads": threads,
+        "host": socket.gethostname(),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(max(r[0] for r in recent[-runs:]))),
+    }
 
 
 @dataclass(frozen=True)
 class Speed:
     """How much slower (factor > 1) this host is than the one a record's CPU time was measured on."""
+
     here_cpu_s: float
     there_cpu_s: float
-    factor: float          # here / there, less DEADBAND towards 1, within CLAMP
+    factor: float  # here / there, less DEADBAND towards 1, within CLAMP
     clamped: bool
 
     def as_dict(self) -> dict:
-        return {"probe_cpu_s_here": round(self.here_cpu_s, 3), "probe_cpu_s_record": round(self.there_cpu_s, 3),
-                "factor": round(self.factor, 4), "clamped": self.clamped}
+        return {
+            "probe_cpu_s_here": round(self.here_cpu_s, 3),
+            "probe_cpu_s_record": round(self.there_cpu_s, 3),
+            "factor": round(self.factor, 4),
+            "clamped": self.clamped,
+        }
 
 
 def ratio(here_cpu_s: float, there_cpu_s: float) -> Speed:

@@ -8,6 +8,7 @@ below, so that a file's name is written once. Nothing here imports the rest of t
           calibration/
           .harness/  pristine/  nonce  bin/  marked.patch  proxy_errors.log  proxy/call_NNNN/  t/<16 hex>/
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -17,22 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # inside a sandbox (bwrap); the `none` backend maps them back to host folders (Sandbox.host)
-WORKSPACE = "/workspace"        # the agent's editable copy
+WORKSPACE = "/workspace"  # the agent's editable copy
 AGENT_HOME = "/home/agent"
-REPO = "/repo"                  # the training copy
-OUT = "/out"                    # what training writes (checkpoints)
+REPO = "/repo"  # the training copy
+OUT = "/out"  # what training writes (checkpoints)
 TRAIN_HOME = "/home/sandbox"
-DATA = "/data"                  # the materialized full split
+DATA = "/data"  # the materialized full split
 HARNESS_BIN = "/opt/ai4ai/bin"  # ai4ai-proxy, ai4ai-time, ai4ai-launch
-SOCKET_DIR = "/run/ai4ai"       # the proxy's unix socket
+SOCKET_DIR = "/run/ai4ai"  # the proxy's unix socket
 METER_DIR = "/run/ai4ai-meter"  # the meter's socket and its client module (training only)
 KERNELS = "/opt/ai4ai/ai4ai_kernels"
-KERNELS_PARENT = "/opt/ai4ai"   # on PYTHONPATH inside bwrap
+KERNELS_PARENT = "/opt/ai4ai"  # on PYTHONPATH inside bwrap
 
 
 @dataclass(frozen=True)
 class RunDir:
     """The files of one run (or of one grading, calibration or audit folder)."""
+
     root: Path
 
     @property
@@ -133,4 +135,4 @@ def file_lock(lock: Path):
     file and one that creates a new one each hold "the" lock at once."""
     with open(lock, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
-        yield                           # closing the file releases the lock
+        yield  # closing the file releases the lock

@@ -1,4 +1,5 @@
 """What a number depends on: benchmark version, device class, library versions."""
+
 from __future__ import annotations
 
 import hashlib
@@ -101,7 +102,9 @@ def _repo_sha256(task, scale: str | None) -> str:
         data = p.read_bytes()
         if p.name == "SHA256SUMS" and any(b.parent == rel.parent for b in built):
             names = {b.name for b in built if b.parent == rel.parent}
-            kept = [ln for ln in data.decode().splitlines(keepends=True) if ln.split()[-1:] and ln.split()[-1] not in names]
+            kept = [
+                ln for ln in data.decode().splitlines(keepends=True) if ln.split()[-1:] and ln.split()[-1] not in names
+            ]
             data = "".join(kept).encode()
         h.update(str(rel).encode() + b"\0" + hashlib.sha256(data).digest())
     return h.hexdigest()
@@ -124,7 +127,7 @@ def task_version(task, scale: str | None = None) -> str:
         h.update(b"kernels" + kernels_sha256().encode())
     if uses_common(task.grader):
         h.update(b"common" + common_sha256().encode())
-    if getattr(task, "model_path", None):      # bring your own model: its content, not its path
+    if getattr(task, "model_path", None):  # bring your own model: its content, not its path
         h.update(b"model" + model_sha256(task.model_path).encode())
     return h.hexdigest()[:16]
 
@@ -148,8 +151,13 @@ def model_sha256(path) -> str:
     key a brought model's anchors carry. Cached per process on the files' sizes and mtimes, since a
     real model's weights take a while to hash."""
     root = Path(path).resolve()
-    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()
-                   and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(root).parts))
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and not p.is_symlink()
+        and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(root).parts)
+    )
     stamp = (str(root), tuple((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
     if stamp not in _MODEL_SHA:
         h = hashlib.sha256()
@@ -180,6 +188,7 @@ def cpu_capability() -> str:
     round differently: sft's smoke seed 1001 trains to exact match 0.5808 with AVX2 and 0.5649 with
     AVX-512, a seed std apart. So it is part of a CPU's device class."""
     import torch
+
     get = getattr(torch.backends.cpu, "get_cpu_capability", None)
     return get() if get is not None else "unknown"
 
@@ -188,17 +197,20 @@ def device_class(device: str, threads: int) -> str:
     """What anchors are keyed by: a GPU's name, or a CPU's model name, kernel instruction set and threads."""
     if device.startswith("cuda"):
         import torch
+
         return f"cuda:{torch.cuda.get_device_name(0)}"
     return f"cpu:{cpu_model()}:{cpu_capability()}:{threads}"
 
 
 def torch_minor() -> str:
     import torch
+
     return ".".join(torch.__version__.split("+")[0].split(".")[:2])
 
 
 def versions() -> dict:
     import torch
+
     out = {"ai4ai_version": __version__, "python": platform.python_version(), "torch": str(torch.__version__)}
     for mod in ("transformers", "numpy", "safetensors"):
         try:
@@ -210,6 +222,7 @@ def versions() -> dict:
 
 def default_device() -> str:
     import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 

@@ -1,4 +1,5 @@
 """Records: result.json in the run dir and the same row in an SQLite results database."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,8 +11,21 @@ from pathlib import Path
 
 from ai4ai.core.layout import file_lock
 
-COLUMNS = ("run_dir", "task", "agent", "agent_config_sha", "scale", "seed", "benchmark_version",
-           "device_class", "status", "score", "raw_mean", "started_at", "result")
+COLUMNS = (
+    "run_dir",
+    "task",
+    "agent",
+    "agent_config_sha",
+    "scale",
+    "seed",
+    "benchmark_version",
+    "device_class",
+    "status",
+    "score",
+    "raw_mean",
+    "started_at",
+    "result",
+)
 
 
 def config_sha(agent_cfg: dict) -> str:
@@ -41,9 +55,21 @@ def connect(db: Path) -> sqlite3.Connection:
 
 
 def insert(db: Path, result: dict, run_dir: Path) -> None:
-    row = (str(run_dir), result["task"], result["agent"], config_sha(result["agent_config"]), result["scale"],
-           result["seed"], result["benchmark_version"], result["provenance"]["device_class"], result["status"],
-           result["score"], result["raw"]["mean"], result["provenance"]["started_at"], json.dumps(result, default=str))
+    row = (
+        str(run_dir),
+        result["task"],
+        result["agent"],
+        config_sha(result["agent_config"]),
+        result["scale"],
+        result["seed"],
+        result["benchmark_version"],
+        result["provenance"]["device_class"],
+        result["status"],
+        result["score"],
+        result["raw"]["mean"],
+        result["provenance"]["started_at"],
+        json.dumps(result, default=str),
+    )
     with connect(db) as con:
         con.execute(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})", row)
 
@@ -54,28 +80,36 @@ def find_done(db: Path, task: str, agent_cfg: dict, scale: str, seed: int, versi
     if not db.exists():
         return None
     with connect(db) as con:
-        row = con.execute("SELECT run_dir, score, status FROM results WHERE task=? AND agent_config_sha=? AND scale=? "
-                          "AND seed=? AND benchmark_version=? AND status IN ('graded', 'invalid') ORDER BY id DESC LIMIT 1",
-                          (task, config_sha(agent_cfg), scale, seed, version)).fetchone()
+        row = con.execute(
+            "SELECT run_dir, score, status FROM results WHERE task=? AND agent_config_sha=? AND scale=? "
+            "AND seed=? AND benchmark_version=? AND status IN ('graded', 'invalid') ORDER BY id DESC LIMIT 1",
+            (task, config_sha(agent_cfg), scale, seed, version),
+        ).fetchone()
         if row:
             return {"run_dir": row[0], "score": row[1], "status": row[2]}
-        cell = con.execute("SELECT run_dir FROM cells WHERE cell=? AND phase=?",
-                           (cell_key(task, agent_cfg, scale, seed, version), ERROR_REPEATED)).fetchone()
+        cell = con.execute(
+            "SELECT run_dir FROM cells WHERE cell=? AND phase=?",
+            (cell_key(task, agent_cfg, scale, seed, version), ERROR_REPEATED),
+        ).fetchone()
         if cell:
-            last = con.execute("SELECT reason FROM cell_errors WHERE cell=? ORDER BY updated DESC, count DESC LIMIT 1",
-                               (cell_key(task, agent_cfg, scale, seed, version),)).fetchone()
+            last = con.execute(
+                "SELECT reason FROM cell_errors WHERE cell=? ORDER BY updated DESC, count DESC LIMIT 1",
+                (cell_key(task, agent_cfg, scale, seed, version),),
+            ).fetchone()
             return {"run_dir": cell[0], "score": None, "status": "error", "reason": last[0] if last else None}
     return None
 
 
-ERROR_REPEATED = "error_repeated"     # a cell's phase once it has errored the same way twice
+ERROR_REPEATED = "error_repeated"  # a cell's phase once it has errored the same way twice
 ERROR_REPEATS = 2
 
 
 def _cells(con: sqlite3.Connection) -> None:
     con.execute("CREATE TABLE IF NOT EXISTS cells (cell TEXT PRIMARY KEY, run_dir TEXT, phase TEXT, updated TEXT)")
-    con.execute("CREATE TABLE IF NOT EXISTS cell_errors (cell TEXT, signature TEXT, count INTEGER, reason TEXT, "
-                "updated TEXT, PRIMARY KEY (cell, signature))")
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS cell_errors (cell TEXT, signature TEXT, count INTEGER, reason TEXT, "
+        "updated TEXT, PRIMARY KEY (cell, signature))"
+    )
 
 
 def error_signature(reason: str | None) -> str:
@@ -89,8 +123,11 @@ def note_error(db: Path, cell: str, reason: str | None) -> int:
     """Count an `error` attempt of `cell`; returns how many attempts have ended with this reason."""
     sig = error_signature(reason)
     with connect(db) as con:
-        con.execute("INSERT INTO cell_errors VALUES (?, ?, 1, ?, ?) ON CONFLICT(cell, signature) DO UPDATE SET "
-                    "count=count+1, reason=excluded.reason, updated=excluded.updated", (cell, sig, reason, now()))
+        con.execute(
+            "INSERT INTO cell_errors VALUES (?, ?, 1, ?, ?) ON CONFLICT(cell, signature) DO UPDATE SET "
+            "count=count+1, reason=excluded.reason, updated=excluded.updated",
+            (cell, sig, reason, now()),
+        )
         return con.execute("SELECT count FROM cell_errors WHERE cell=? AND signature=?", (cell, sig)).fetchone()[0]
 
 
@@ -101,8 +138,11 @@ def cell_key(task: str, agent_cfg: dict, scale: str, seed: int, version: str) ->
 def mark_cell(db: Path, cell: str, run_dir: Path, phase: str) -> None:
     """Progress of a run's cell: `agent_done` (submission written, grading pending) or `graded`."""
     with connect(db) as con:
-        con.execute("INSERT INTO cells VALUES (?, ?, ?, ?) ON CONFLICT(cell) DO UPDATE SET run_dir=excluded.run_dir, "
-                    "phase=excluded.phase, updated=excluded.updated", (cell, str(run_dir), phase, now()))
+        con.execute(
+            "INSERT INTO cells VALUES (?, ?, ?, ?) ON CONFLICT(cell) DO UPDATE SET run_dir=excluded.run_dir, "
+            "phase=excluded.phase, updated=excluded.updated",
+            (cell, str(run_dir), phase, now()),
+        )
 
 
 def pending_grading(db: Path, cell: str) -> Path | None:

@@ -4,6 +4,7 @@
 measured, `as_dict` is what is written, and `validate` checks any dict read back (a stored run,
 an audit's input) against the same fields.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,9 +30,9 @@ class Result:
     scale: str
     seed: int
     seeds: list
-    status: str                  # graded | invalid | error
+    status: str  # graded | invalid | error
     reason: str | None
-    flags: list                  # scored, but a reader must know (scoring.replicate_flags)
+    flags: list  # scored, but a reader must know (scoring.replicate_flags)
     raw: dict
     anchors: dict
     score: float | None
@@ -69,25 +70,39 @@ def validate(result: dict) -> None:
 
 
 def _seed_entry(r) -> dict:
-    return {"seed": r.seed, "status": r.status, "reason": r.reason, "candidates": r.candidates, "chosen": r.chosen,
-            "selection_metric": next((c["selection_metric"] for c in r.candidates if c.get("name") == r.chosen), None),
-            "validation_metric": r.validation_metric, "timed_out": r.timed_out, "train_s": r.train_s,
-            "cpu_s": r.cpu_s, "cut": r.cut, "steps": r.steps, "training_seed": r.training_seed,
-            "host_idle_cores": r.host_idle_cores, "weights_sha256": r.weights_sha256, "served": r.served}
+    return {
+        "seed": r.seed,
+        "status": r.status,
+        "reason": r.reason,
+        "candidates": r.candidates,
+        "chosen": r.chosen,
+        "selection_metric": next((c["selection_metric"] for c in r.candidates if c.get("name") == r.chosen), None),
+        "validation_metric": r.validation_metric,
+        "timed_out": r.timed_out,
+        "train_s": r.train_s,
+        "cpu_s": r.cpu_s,
+        "cut": r.cut,
+        "steps": r.steps,
+        "training_seed": r.training_seed,
+        "host_idle_cores": r.host_idle_cores,
+        "weights_sha256": r.weights_sha256,
+        "served": r.served,
+    }
 
 
 @dataclass(frozen=True)
 class Measured:
     """What one run measured, as the pipeline hands it to `build`: built once, read once."""
-    agent: str                     # the cell's label (e.g. claude:sonnet, patch:muon)
+
+    agent: str  # the cell's label (e.g. claude:sonnet, patch:muon)
     agent_config: dict
-    seed: int                      # the cell's seed (the agent's)
-    seeds: list                    # the grader seeds
+    seed: int  # the cell's seed (the agent's)
+    seeds: list  # the grader seeds
     scored: Scored
-    seed_results: list             # grading.seeds.SeedResult, one per grader seed
-    submission: dict               # Submission.summary()
+    seed_results: list  # grading.seeds.SeedResult, one per grader seed
+    submission: dict  # Submission.summary()
     timing: dict
-    cost: dict | None              # from the API gateway; None: no agent API was used
+    cost: dict | None  # from the API gateway; None: no agent API was used
     trajectory: dict
     provenance: dict
 
@@ -96,21 +111,54 @@ def build(ctx, record, m: Measured) -> Result:
     """The result of a run from its context (grading.context.RunContext), its anchor record
     (grading.anchors.Record, or None when the run errored before anchors existed) and what it measured."""
     metric, scored = ctx.task.metric, m.scored
-    anchors = ({"no_info": record.anchors.no_info, "baseline": record.anchors.baseline, "best": record.anchors.best,
-                "provenance": {"key": record.key.as_dict(), "match": record.match, "phi_std": record.phi_std,
-                               **record.raw.get("provenance", {})}} if record is not None else {})
+    anchors = (
+        {
+            "no_info": record.anchors.no_info,
+            "baseline": record.anchors.baseline,
+            "best": record.anchors.best,
+            "provenance": {
+                "key": record.key.as_dict(),
+                "match": record.match,
+                "phi_std": record.phi_std,
+                **record.raw.get("provenance", {}),
+            },
+        }
+        if record is not None
+        else {}
+    )
     return Result(
-        schema=SCHEMA, benchmark_version=ctx.version, task=ctx.task.name, family=ctx.task.family, agent=m.agent,
-        agent_config=m.agent_config, scale=ctx.scale, seed=m.seed, seeds=list(m.seeds), status=scored.status,
-        reason=scored.reason, flags=list(scored.flags),
-        raw={"metric": metric.name, "direction": metric.direction, "transform": metric.transform,
-             "per_seed": scored.raw_per_seed, "mean": scored.raw_mean, "std": scored.raw_std},
-        anchors=anchors, score=scored.score, score_per_seed=scored.score_per_seed,
+        schema=SCHEMA,
+        benchmark_version=ctx.version,
+        task=ctx.task.name,
+        family=ctx.task.family,
+        agent=m.agent,
+        agent_config=m.agent_config,
+        scale=ctx.scale,
+        seed=m.seed,
+        seeds=list(m.seeds),
+        status=scored.status,
+        reason=scored.reason,
+        flags=list(scored.flags),
+        raw={
+            "metric": metric.name,
+            "direction": metric.direction,
+            "transform": metric.transform,
+            "per_seed": scored.raw_per_seed,
+            "mean": scored.raw_mean,
+            "std": scored.raw_std,
+        },
+        anchors=anchors,
+        score=scored.score,
+        score_per_seed=scored.score_per_seed,
         score_interval=scored.interval(record.anchors, ctx.task) if record is not None else None,
-        checkpoints={"per_seed": [_seed_entry(r) for r in m.seed_results]}, submission=m.submission,
-        trajectory=m.trajectory, timing=m.timing, cost=m.cost or dict(EMPTY_COST),
+        checkpoints={"per_seed": [_seed_entry(r) for r in m.seed_results]},
+        submission=m.submission,
+        trajectory=m.trajectory,
+        timing=m.timing,
+        cost=m.cost or dict(EMPTY_COST),
         sandbox={"backend": ctx.backend, "network": m.agent_config.get("network") or "none"},
-        provenance=m.provenance)
+        provenance=m.provenance,
+    )
 
 
 def final_line(result: dict, run_dir: Path) -> str:
@@ -118,13 +166,20 @@ def final_line(result: dict, run_dir: Path) -> str:
     raw = result["raw"]
     if result["status"] == "error":
         return f"{result['task']} | {result['agent']} | ERROR: {result['reason']} | {run_dir}"
-    rawtxt = f"{raw['metric']} {raw['mean']:.4f} ± {raw['std']:.4f}" if raw["mean"] is not None else f"{raw['metric']} n/a"
+    rawtxt = (
+        f"{raw['metric']} {raw['mean']:.4f} ± {raw['std']:.4f}" if raw["mean"] is not None else f"{raw['metric']} n/a"
+    )
     lo, hi = result["score_interval"] or (math.nan, math.nan)
     note = f" [{result['status']}: {result['reason']}]" if result["reason"] else ""
-    cuts = [f"seed {c['seed']} cut by its CPU cap ({c['cpu_s']:.0f} CPU-s) at step {c['steps']}"
-            for c in result["checkpoints"]["per_seed"] if c.get("cut") == "cpu"]
+    cuts = [
+        f"seed {c['seed']} cut by its CPU cap ({c['cpu_s']:.0f} CPU-s) at step {c['steps']}"
+        for c in result["checkpoints"]["per_seed"]
+        if c.get("cut") == "cpu"
+    ]
     note += f" [{'; '.join(cuts)}]" if cuts else ""
     note += "".join(f" [flag: {f}]" for f in result.get("flags") or [])
     sb = " [sandbox: none]" if result["sandbox"]["backend"] == "none" else ""
-    return (f"{result['task']} | {result['agent']} | {rawtxt} | score {result['score']:.3f} "
-            f"[{lo:.3f}, {hi:.3f}] on 0/0.1/1{note}{sb} | {run_dir}")
+    return (
+        f"{result['task']} | {result['agent']} | {rawtxt} | score {result['score']:.3f} "
+        f"[{lo:.3f}, {hi:.3f}] on 0/0.1/1{note}{sb} | {run_dir}"
+    )

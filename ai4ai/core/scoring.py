@@ -1,4 +1,5 @@
 """sigma: one scale for every task. 0 = no information, 0.1 = the shipped algorithm, 1 = best."""
+
 from __future__ import annotations
 
 import math
@@ -7,15 +8,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:        # types only: scoring sits below the task module
+if TYPE_CHECKING:  # types only: scoring sits below the task module
     from ai4ai.core.task import Task
 
 
 @dataclass(frozen=True)
 class Anchors:
-    no_info: float      # raw metric of the no-information model
-    baseline: float     # raw metric of the shipped algorithm (mean over calibration seeds)
-    best: float         # best attainable raw metric
+    no_info: float  # raw metric of the no-information model
+    baseline: float  # raw metric of the shipped algorithm (mean over calibration seeds)
+    best: float  # best attainable raw metric
 
 
 def phi(raw: float, direction: str, transform: str) -> float:
@@ -46,15 +47,16 @@ def sigma(raw: float, anchors: Anchors, direction: str, transform: str) -> float
     p = phi(raw, direction, transform)
     p0, pb, p1 = _anchor_phis(anchors, direction, transform)
     if not (p0 < pb < p1):
-        raise ValueError(f"anchors out of order (phi0 {p0:.4g}, phib {pb:.4g}, phi1 {p1:.4g}): "
-                         "need no_info < baseline < best after orientation")
+        raise ValueError(
+            f"anchors out of order (phi0 {p0:.4g}, phib {pb:.4g}, phi1 {p1:.4g}): "
+            "need no_info < baseline < best after orientation"
+        )
     if p == -math.inf:
         return 0.0
     return _piecewise(p, p0, pb, p1)
 
 
-def seed_noise_sigma(phi_std: float, anchors: Anchors, direction: str, transform: str,
-                     upper: bool = True) -> float:
+def seed_noise_sigma(phi_std: float, anchors: Anchors, direction: str, transform: str, upper: bool = True) -> float:
     """One seed's std of sigma, from the seed std of phi: on the upper branch (above 0.1) or the lower."""
     p0, pb, p1 = _anchor_phis(anchors, direction, transform)
     return float(0.9 * phi_std / (p1 - pb) if upper else 0.1 * phi_std / (pb - p0))
@@ -74,8 +76,9 @@ def pooled_sigma(phis: list[float | None], anchors: Anchors, direction: str, tra
     return _piecewise(sum(valid) / len(valid), *_anchor_phis(anchors, direction, transform)) * len(valid) / len(phis)
 
 
-def bootstrap_interval(values: list, level: float = 0.95, n: int = 2000, seed: int = 0,
-                       statistic=None) -> tuple[float, float]:
+def bootstrap_interval(
+    values: list, level: float = 0.95, n: int = 2000, seed: int = 0, statistic=None
+) -> tuple[float, float]:
     """Percentile bootstrap interval of `statistic` (default the mean) over resampled seeds."""
     if len(values) == 0:
         return (math.nan, math.nan)
@@ -91,6 +94,7 @@ def bootstrap_interval(values: list, level: float = 0.95, n: int = 2000, seed: i
 
 # --------------------------------------------------------------------------- a run's seeds
 
+
 @dataclass(frozen=True)
 class Scored:
     status: str
@@ -101,14 +105,17 @@ class Scored:
     raw_std: float | None
     score: float | None
     phi_per_seed: list = field(default_factory=list)
-    flags: list = field(default_factory=list)      # scored, but a reader must know (see replicate_flags)
+    flags: list = field(default_factory=list)  # scored, but a reader must know (see replicate_flags)
 
     def interval(self, anchors: Anchors, task: Task) -> list | None:
         if not self.phi_per_seed:
             return None
         m = task.metric
-        return list(bootstrap_interval(self.phi_per_seed,
-                                       statistic=lambda ps: pooled_sigma(ps, anchors, m.direction, m.transform)))
+        return list(
+            bootstrap_interval(
+                self.phi_per_seed, statistic=lambda ps: pooled_sigma(ps, anchors, m.direction, m.transform)
+            )
+        )
 
 
 def score_seeds(task: Task, results: list, anchors: Anchors) -> Scored:
@@ -126,8 +133,17 @@ def score_seeds(task: Task, results: list, anchors: Anchors) -> Scored:
     status = "graded" if valid else "invalid"
     mean = phi_mean_raw(task, valid) if valid else None
     std = float(_std([p for p in phis if p is not None])) if valid else None
-    return Scored(status, "; ".join(invalid) or None, raws, scores, mean, std,
-                  pooled_sigma(phis, anchors, m.direction, m.transform), phis, replicate_flags(task, results))
+    return Scored(
+        status,
+        "; ".join(invalid) or None,
+        raws,
+        scores,
+        mean,
+        std,
+        pooled_sigma(phis, anchors, m.direction, m.transform),
+        phis,
+        replicate_flags(task, results),
+    )
 
 
 def replicate_flags(task: Task, results: list) -> list[str]:

@@ -2,6 +2,7 @@
 
 Tasks are discovered by file; there is no central list. Unknown keys are errors.
 """
+
 from __future__ import annotations
 
 import re
@@ -49,12 +50,13 @@ class Estimate:
     minutes = steps x step_ms; `flops` is the model FLOPs (6 x params x tokens for one forward and
     backward per token, more for extra forward passes), and `basis` says which of the two bounds
     (compute at a stated MFU, or per-step dispatch in eager PyTorch) binds and why."""
-    units: str          # what `amount` counts (ESTIMATE_UNITS)
-    amount: int         # tokens, samples, environment steps, graphs or examples one run consumes
-    steps: int          # optimizer steps (or updates, iterations) of the shipped run
+
+    units: str  # what `amount` counts (ESTIMATE_UNITS)
+    amount: int  # tokens, samples, environment steps, graphs or examples one run consumes
+    steps: int  # optimizer steps (or updates, iterations) of the shipped run
     flops: float
-    step_ms: float      # expected wall time of one step on the GPU
-    minutes: float      # expected wall time of the whole run (steps x step_ms)
+    step_ms: float  # expected wall time of one step on the GPU
+    minutes: float  # expected wall time of the whole run (steps x step_ms)
     basis: str
     # A step measured on a GPU since (the `measured:` sub-block: step_ms, and `how`: device, date,
     # method). The declared figures above stay what the repo's README states; planning (dry-run
@@ -73,9 +75,9 @@ class Estimate:
 @dataclass(frozen=True)
 class Metric:
     name: str
-    direction: str          # max | min
-    transform: str          # identity | neg_log
-    best: str | float       # how 1.0 is obtained: a number, or a name the grader implements
+    direction: str  # max | min
+    transform: str  # identity | neg_log
+    best: str | float  # how 1.0 is obtained: a number, or a name the grader implements
 
 
 @dataclass(frozen=True)
@@ -84,18 +86,19 @@ class Artifacts:
 
     `command` runs in the repo with {scale}, {device} and {data} filled in ({data}: the folder of the
     grader's `data_function(dest)` output when one is named, else of its materialized splits)."""
+
     command: str
-    writes: tuple[str, ...]         # repo-relative files, each listed in the repo's SHA256SUMS
+    writes: tuple[str, ...]  # repo-relative files, each listed in the repo's SHA256SUMS
     scales: tuple[str, ...]
     data_function: str | None = None
 
 
-METER_PINS = ("scale", "seed", "device")     # what a served class's constructor may take: the run's own
+METER_PINS = ("scale", "seed", "device")  # what a served class's constructor may take: the run's own
 
 
 @dataclass(frozen=True)
 class MeteredClass:
-    construct: tuple[str, ...] | None     # constructor parameters (each pinned to the run's); None: only returned
+    construct: tuple[str, ...] | None  # constructor parameters (each pinned to the run's); None: only returned
     methods: tuple[str, ...]
     attributes: tuple[str, ...]
     len: bool = False
@@ -114,6 +117,7 @@ class Meter:
     copy has (splits, teacher weights, generators' data); `classes`: the protected classes the
     meter runs, by "module.Class", with what of each it serves; `values`: dataclasses that
     travel by value (e.g. a batch of levels)."""
+
     held: tuple[str, ...]
     classes: dict[str, MeteredClass]
     values: tuple[str, ...] = ()
@@ -138,11 +142,11 @@ class Task:
     data_checksums: str | None
     validation_files: tuple[str, ...]
     prepare: str | None
-    prepare_writes: tuple[str, ...]   # files data.prepare writes ({scale} filled in), for plans and checks
+    prepare_writes: tuple[str, ...]  # files data.prepare writes ({scale} filled in), for plans and checks
     data_env: str | None
     metric: Metric
     scales: dict[str, ScaleBudget]
-    deterministic: bool = False     # the shipped algorithm ignores --seed (e.g. magnitude pruning)
+    deterministic: bool = False  # the shipped algorithm ignores --seed (e.g. magnitude pruning)
     artifacts: Artifacts | None = None
     # data.grading: the grader function that writes the training split a *graded* run is served, a
     # fresh instance of the task's source (the agent's own runs keep the committed, visible one);
@@ -177,8 +181,12 @@ class Task:
         if rel in self.editable_files:
             return True
         f = self.editable_folder
-        return bool(f) and rel.startswith(f.rstrip("/") + "/") and rel.endswith(".py") \
-            and "/" not in rel[len(f.rstrip("/")) + 1:]
+        return (
+            bool(f)
+            and rel.startswith(f.rstrip("/") + "/")
+            and rel.endswith(".py")
+            and "/" not in rel[len(f.rstrip("/")) + 1 :]
+        )
 
 
 def _take(d: dict, where: str, required: set[str], optional: set[str] = frozenset()) -> dict:
@@ -200,12 +208,19 @@ def _estimate(raw: Any, where: str) -> Estimate | None:
     measured = e.get("measured")
     if e["units"] not in ESTIMATE_UNITS:
         raise TaskError(f"{where}: units must be one of {ESTIMATE_UNITS}, got {e['units']!r}")
-    est = Estimate(units=e["units"], amount=int(e["amount"]), steps=int(e["steps"]), flops=float(e["flops"]),
-                   step_ms=float(e["step_ms"]), minutes=float(e["minutes"]), basis=str(e["basis"]).strip())
+    est = Estimate(
+        units=e["units"],
+        amount=int(e["amount"]),
+        steps=int(e["steps"]),
+        flops=float(e["flops"]),
+        step_ms=float(e["step_ms"]),
+        minutes=float(e["minutes"]),
+        basis=str(e["basis"]).strip(),
+    )
     if min(est.amount, est.steps, est.flops, est.step_ms, est.minutes) <= 0:
         raise TaskError(f"{where}: amount, steps, flops, step_ms and minutes must be positive")
     implied = est.steps * est.step_ms / 60_000
-    if not 0.8 * implied <= est.minutes <= 1.25 * implied + 2:     # + start-up (imports, CUDA, data)
+    if not 0.8 * implied <= est.minutes <= 1.25 * implied + 2:  # + start-up (imports, CUDA, data)
         raise TaskError(f"{where}: minutes {est.minutes:g} disagrees with steps x step_ms = {implied:.1f} min")
     if measured is not None:
         m = _take(measured, f"{where}.measured", {"step_ms", "how"})
@@ -228,9 +243,12 @@ def load_task(name: str) -> Task:
 
 
 def parse_task(raw: Any, where: str) -> Task:
-    d = _take(raw, where,
-              {"name", "family", "description", "repo", "grader", "editable", "entry", "model", "metric", "scales"},
-              {"protected", "checkpoint_metadata", "data", "deterministic", "model_path", "tuning", "meter"})
+    d = _take(
+        raw,
+        where,
+        {"name", "family", "description", "repo", "grader", "editable", "entry", "model", "metric", "scales"},
+        {"protected", "checkpoint_metadata", "data", "deterministic", "model_path", "tuning", "meter"},
+    )
     if not isinstance(d.get("deterministic", False), bool):
         raise TaskError(f"{where}: deterministic must be true or false, got {d['deterministic']!r}")
     ed = _take(d["editable"], f"{where}: editable", {"files"}, {"folder"})
@@ -241,35 +259,52 @@ def parse_task(raw: Any, where: str) -> Task:
         raise TaskError(f"{where}: metric.transform must be identity or neg_log, got {metric['transform']!r}")
     if metric["transform"] == "neg_log" and metric["direction"] != "min":
         raise TaskError(f"{where}: transform neg_log is for a positive metric where lower is better (direction: min)")
-    data = _take(d.get("data") or {}, f"{where}: data", set(), {"checksums", "validation", "prepare", "env", "writes", "artifacts", "grading",
-                                                           "grading_artifacts"})
+    data = _take(
+        d.get("data") or {},
+        f"{where}: data",
+        set(),
+        {"checksums", "validation", "prepare", "env", "writes", "artifacts", "grading", "grading_artifacts"},
+    )
     art = None
     if data.get("artifacts") is not None:
         a = _take(data["artifacts"], f"{where}: data.artifacts", {"command", "writes", "scales"}, {"data_function"})
-        art = Artifacts(command=str(a["command"]), writes=tuple(str(w) for w in a["writes"]),
-                        scales=tuple(str(x) for x in a["scales"]), data_function=a.get("data_function"))
+        art = Artifacts(
+            command=str(a["command"]),
+            writes=tuple(str(w) for w in a["writes"]),
+            scales=tuple(str(x) for x in a["scales"]),
+            data_function=a.get("data_function"),
+        )
         if set(art.scales) - set(SCALES):
             raise TaskError(f"{where}: data.artifacts.scales must be among {SCALES}")
     if data.get("grading") is not None and not (data.get("env") and d.get("meter")):
-        raise TaskError(f"{where}: data.grading needs data.env (where the meter reads the graded instance's "
-                        "split) and a meter: block (which serves it)")
+        raise TaskError(
+            f"{where}: data.grading needs data.env (where the meter reads the graded instance's "
+            "split) and a meter: block (which serves it)"
+        )
     graded_arts = tuple(str(w) for w in data.get("grading_artifacts") or ())
     if graded_arts and (data.get("grading") is None or art is None or not data.get("checksums")):
-        raise TaskError(f"{where}: data.grading_artifacts needs data.grading (the graded instance's files), "
-                        "data.artifacts (the prepare step that makes them) and data.checksums (where its inputs are listed)")
+        raise TaskError(
+            f"{where}: data.grading_artifacts needs data.grading (the graded instance's files), "
+            "data.artifacts (the prepare step that makes them) and data.checksums (where its inputs are listed)"
+        )
     scales = {}
     for s, b in d["scales"].items():
         if s not in SCALES:
             raise TaskError(f"{where}: unknown scale {s!r}; scales are {SCALES}")
         optional = {"peak_gpu_gib", "estimate"}
         b = _take(b, f"{where}: scales.{s}", {f.name for f in fields(ScaleBudget)} - optional, optional)
-        scales[s] = ScaleBudget(window_s=float(b["window_s"]), cap_factor=float(b["cap_factor"]),
-                                cap_min_s=float(b["cap_min_s"]), default_cap_s=float(b["default_cap_s"]),
-                                grader_seeds=tuple(int(x) for x in b["grader_seeds"]),
-                                calibration_seeds=tuple(int(x) for x in b["calibration_seeds"]),
-                                threads=int(b["threads"]), n_params=int(b["n_params"]),
-                                peak_gpu_gib=None if b.get("peak_gpu_gib") is None else float(b["peak_gpu_gib"]),
-                                estimate=_estimate(b.get("estimate"), f"{where}: scales.{s}.estimate"))
+        scales[s] = ScaleBudget(
+            window_s=float(b["window_s"]),
+            cap_factor=float(b["cap_factor"]),
+            cap_min_s=float(b["cap_min_s"]),
+            default_cap_s=float(b["default_cap_s"]),
+            grader_seeds=tuple(int(x) for x in b["grader_seeds"]),
+            calibration_seeds=tuple(int(x) for x in b["calibration_seeds"]),
+            threads=int(b["threads"]),
+            n_params=int(b["n_params"]),
+            peak_gpu_gib=None if b.get("peak_gpu_gib") is None else float(b["peak_gpu_gib"]),
+            estimate=_estimate(b.get("estimate"), f"{where}: scales.{s}.estimate"),
+        )
         if len(scales[s].calibration_seeds) < 5:
             raise TaskError(f"{where}: scales.{s}.calibration_seeds needs at least 5 seeds")
         if set(scales[s].calibration_seeds) & set(scales[s].grader_seeds):
@@ -280,18 +315,30 @@ def parse_task(raw: Any, where: str) -> Task:
     if ":" not in d["model"]:
         raise TaskError(f"{where}: model must be 'module:function', got {d['model']!r}")
     return Task(
-        name=d["name"], family=d["family"], description=str(d["description"]).strip(),
-        repo=PROJECT_ROOT / d["repo"], grader=PROJECT_ROOT / d["grader"],
-        editable_files=tuple(ed["files"]), editable_folder=ed.get("folder"),
-        protected=tuple(d.get("protected") or ()), entry=d["entry"], model=d["model"],
+        name=d["name"],
+        family=d["family"],
+        description=str(d["description"]).strip(),
+        repo=PROJECT_ROOT / d["repo"],
+        grader=PROJECT_ROOT / d["grader"],
+        editable_files=tuple(ed["files"]),
+        editable_folder=ed.get("folder"),
+        protected=tuple(d.get("protected") or ()),
+        entry=d["entry"],
+        model=d["model"],
         checkpoint_metadata=tuple(d.get("checkpoint_metadata") or ()),
-        data_checksums=data.get("checksums"), validation_files=tuple(data.get("validation") or ()),
-        prepare=data.get("prepare"), data_env=data.get("env"),
+        data_checksums=data.get("checksums"),
+        validation_files=tuple(data.get("validation") or ()),
+        prepare=data.get("prepare"),
+        data_env=data.get("env"),
         prepare_writes=tuple(str(w) for w in data.get("writes") or ()),
-        metric=Metric(**metric), scales=scales,
-        deterministic=d.get("deterministic", False), artifacts=art, grading_data=data.get("grading"),
+        metric=Metric(**metric),
+        scales=scales,
+        deterministic=d.get("deterministic", False),
+        artifacts=art,
+        grading_data=data.get("grading"),
         grading_artifacts=graded_arts,
-        model_path=model_path, tuning=parse_tuning(d.get("tuning"), where),
+        model_path=model_path,
+        tuning=parse_tuning(d.get("tuning"), where),
         meter=parse_meter(d.get("meter"), where),
     )
 
@@ -307,8 +354,9 @@ def parse_meter(raw: Any, where: str) -> Meter | None:
         return None
     m = _take(raw, f"{where}: meter", {"held", "classes"}, {"values"})
     held = m["held"]
-    if not isinstance(held, list) or not all(isinstance(h, str) and h and not h.startswith("/") and ".." not in h
-                                              for h in held):
+    if not isinstance(held, list) or not all(
+        isinstance(h, str) and h and not h.startswith("/") and ".." not in h for h in held
+    ):
         raise TaskError(f"{where}: meter.held must be a list of repo-relative paths or globs")
     if not isinstance(m["classes"], dict) or not m["classes"]:
         raise TaskError(f"{where}: meter.classes must name at least one served class")
@@ -324,16 +372,21 @@ def parse_meter(raw: Any, where: str) -> Meter | None:
             if v is None and k == "construct":
                 lists[k] = None
                 continue
-            if not isinstance(v, list) or not all(isinstance(x, str) and _NAME.match(x) and not x.startswith("_")
-                                                  for x in v):
+            if not isinstance(v, list) or not all(
+                isinstance(x, str) and _NAME.match(x) and not x.startswith("_") for x in v
+            ):
                 raise TaskError(f"{w}: {k} must be a list of public names")
             lists[k] = tuple(v)
         if lists["construct"] is not None and set(lists["construct"]) - set(METER_PINS):
             raise TaskError(f"{w}: construct may take only the run's own {METER_PINS}, got {list(lists['construct'])}")
         if not isinstance(c.get("len", False), bool):
             raise TaskError(f"{w}: len must be true or false")
-        classes[name] = MeteredClass(construct=lists["construct"], methods=lists["methods"],
-                                     attributes=lists["attributes"], len=c.get("len", False))
+        classes[name] = MeteredClass(
+            construct=lists["construct"],
+            methods=lists["methods"],
+            attributes=lists["attributes"],
+            len=c.get("len", False),
+        )
     if not any(c.construct is not None for c in classes.values()):
         raise TaskError(f"{where}: meter.classes: at least one class needs construct (what a run builds)")
     values = m.get("values") or []
@@ -353,14 +406,16 @@ def parse_tuning(raw: Any, where: str) -> tuple | None:
     if raw is None:
         return None
     if not isinstance(raw, list):
-        raise TaskError(f"{where}: tuning must be a list of points, each a mapping {{CONSTANT: value}}, "
-                        f"got {type(raw).__name__}")
+        raise TaskError(
+            f"{where}: tuning must be a list of points, each a mapping {{CONSTANT: value}}, got {type(raw).__name__}"
+        )
     points, seen = [], set()
     for i, pt in enumerate(raw):
         at = f"{where}: tuning[{i}]"
         if not isinstance(pt, dict) or not pt:
-            raise TaskError(f"{at}: a point is a non-empty mapping {{CONSTANT: value}} of train.py's constants, "
-                            f"got {pt!r}")
+            raise TaskError(
+                f"{at}: a point is a non-empty mapping {{CONSTANT: value}} of train.py's constants, got {pt!r}"
+            )
         items = []
         for name, value in pt.items():
             if not isinstance(name, str) or not _CONSTANT.match(name):
@@ -368,8 +423,9 @@ def parse_tuning(raw: Any, where: str) -> tuple | None:
             if isinstance(value, list) and value and all(isinstance(v, _SCALAR) for v in value):
                 value = tuple(value)
             elif not isinstance(value, _SCALAR):
-                raise TaskError(f"{at}: {name} = {value!r}: a value is a number, boolean, string or a "
-                                f"non-empty list of those")
+                raise TaskError(
+                    f"{at}: {name} = {value!r}: a value is a number, boolean, string or a non-empty list of those"
+                )
             items.append((name, value))
         key = tuple(sorted(items, key=lambda kv: kv[0]))
         if key in seen:

@@ -11,6 +11,7 @@ validation anchors; null when the call failed), `status`, `reason` (proxy.REASON
 `duration_s`, `lock_wait_s` and `rejected`. The file lives outside the agent's workspace: the
 agent cannot write it, but a reader still skips lines that are not objects of this shape.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,13 @@ from pathlib import Path
 
 PROXY, SUBMIT = "proxy", "submit"
 BRIEF_KEYS = ("call", "proxy_score", "proxy_metric", "elapsed_s", "patch_sha256")
-EMPTY_SUMMARY = {"proxy_calls": 0, "first_valid_proxy": None, "best_proxy": None, "final_proxy": None,
-                 "regressed_after_best": None}
+EMPTY_SUMMARY = {
+    "proxy_calls": 0,
+    "first_valid_proxy": None,
+    "best_proxy": None,
+    "final_proxy": None,
+    "regressed_after_best": None,
+}
 
 
 @dataclass
@@ -34,8 +40,12 @@ class Trajectory:
         self.path.touch()
 
     def append(self, event: str, **fields) -> dict:
-        rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "elapsed_s": round(time.time() - self.started, 2),
-               "event": event, **fields}
+        rec = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "elapsed_s": round(time.time() - self.started, 2),
+            "event": event,
+            **fields,
+        }
         with open(self.path, "a") as f:
             f.write(json.dumps(rec) + "\n")
         return rec
@@ -90,15 +100,25 @@ def summary(path: Path, direction: str | None = None) -> dict:
 
     def brief(c):
         return {k: c.get(k) for k in BRIEF_KEYS}
-    return {"proxy_calls": len(calls), "first_valid_proxy": brief(valid[0][1]), "best_proxy": brief(best),
-            "final_proxy": brief(final), "regressed_after_best": (final_rank if final_rank is not None
-                                                                   else -math.inf) < best_rank}
+
+    return {
+        "proxy_calls": len(calls),
+        "first_valid_proxy": brief(valid[0][1]),
+        "best_proxy": brief(best),
+        "final_proxy": brief(final),
+        "regressed_after_best": (final_rank if final_rank is not None else -math.inf) < best_rank,
+    }
 
 
 def curve(path: Path, raw: bool = False) -> list[tuple[float, float]]:
     """(minutes into the agent window, proxy score) of every scored proxy call; with `raw`, the raw
     validation metric of every call that has one (a task graded on a fresh instance has no score)."""
+
     def value(c):
         return _number(c.get("proxy_metric")) if raw else proxy_score(c)
-    return sorted((_number(c.get("elapsed_s")) / 60.0, value(c)) for c in events(path)
-                  if value(c) is not None and _number(c.get("elapsed_s")) is not None)
+
+    return sorted(
+        (_number(c.get("elapsed_s")) / 60.0, value(c))
+        for c in events(path)
+        if value(c) is not None and _number(c.get("elapsed_s")) is not None
+    )

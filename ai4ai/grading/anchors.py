@@ -21,6 +21,7 @@ Records stay current: storing one removes, under the same lock, the records of i
 brought-model registry entries beside them (`store` says the rule, brought models included);
 tools/prune_records.py applies it to every scale at once (`prune`).
 """
+
 from __future__ import annotations
 
 import json
@@ -56,9 +57,9 @@ class Record:
     validation: Anchors | None
     phi_std: float
     train_wall_s: float
-    match: str                 # exact | metered-cpu
-    raw: dict                  # the whole stored record, for provenance
-    train_cpu_s: float | None = None    # max CPU seconds of a shipped seed (records before CPU accounting: None)
+    match: str  # exact | metered-cpu
+    raw: dict  # the whole stored record, for provenance
+    train_cpu_s: float | None = None  # max CPU seconds of a shipped seed (records before CPU accounting: None)
 
 
 def anchors_path(grader_dir: Path) -> Path:
@@ -87,8 +88,12 @@ def find(grader_dir: Path, key: Key) -> Record | None:
             continue
         if k["device_class"] == key.device_class:
             exact = r
-        elif (key.scale in METERED_SCALES and k["device_class"].startswith("cpu:") and key.device_class.startswith("cpu:")
-              and _threads(k["device_class"]) == _threads(key.device_class)):
+        elif (
+            key.scale in METERED_SCALES
+            and k["device_class"].startswith("cpu:")
+            and key.device_class.startswith("cpu:")
+            and _threads(k["device_class"]) == _threads(key.device_class)
+        ):
             # of another class's records, one of the same CPU model (another instruction set, or a
             # label from before the instruction set was part of it) comes nearest
             if loose is None or _model(k["device_class"]) == _model(key.device_class):
@@ -98,18 +103,26 @@ def find(grader_dir: Path, key: Key) -> Record | None:
         return None
     a = r["anchors"]
     v = r.get("validation")
-    return Record(key=Key(**r["key"]), anchors=Anchors(a["no_info"], a["baseline"], a["best"]),
-                  # a numeric metric.best is the same on every split (records before that was stored say None)
-                  validation=Anchors(v["no_info"], v["baseline"], a["best"] if v["best"] is None else v["best"])
-                  if v else None,
-                  phi_std=float(r["phi_std"]), train_wall_s=float(r["train_wall_s"]["max"]), match=match, raw=r,
-                  train_cpu_s=float(r["train_cpu_s"]["max"]) if r.get("train_cpu_s") else None)
+    return Record(
+        key=Key(**r["key"]),
+        anchors=Anchors(a["no_info"], a["baseline"], a["best"]),
+        # a numeric metric.best is the same on every split (records before that was stored say None)
+        validation=Anchors(v["no_info"], v["baseline"], a["best"] if v["best"] is None else v["best"]) if v else None,
+        phi_std=float(r["phi_std"]),
+        train_wall_s=float(r["train_wall_s"]["max"]),
+        match=match,
+        raw=r,
+        train_cpu_s=float(r["train_cpu_s"]["max"]) if r.get("train_cpu_s") else None,
+    )
 
 
 def train_walls(grader_dir: Path, task: str, scale: str) -> list[float]:
     """Mean shipped training wall time of every record of this task and scale, on any key."""
-    return [float(r["train_wall_s"]["mean"]) for r in _records(anchors_path(grader_dir))
-            if r["key"]["task"] == task and r["key"]["scale"] == scale]
+    return [
+        float(r["train_wall_s"]["mean"])
+        for r in _records(anchors_path(grader_dir))
+        if r["key"]["task"] == task and r["key"]["scale"] == scale
+    ]
 
 
 def detail_path(grader_dir: Path, key: dict) -> Path:
@@ -118,8 +131,9 @@ def detail_path(grader_dir: Path, key: dict) -> Path:
     return Path(grader_dir) / "calibration" / f"{key['scale']}__{slug}__{key['task_version']}.json"
 
 
-def store(grader_dir: Path, record: dict, replaces: dict | None = None, detail: dict | None = None,
-          prune: bool = True) -> Path:
+def store(
+    grader_dir: Path, record: dict, replaces: dict | None = None, detail: dict | None = None, prune: bool = True
+) -> Path:
     """Add or replace the record with the same key (and the one keyed `replaces`, when given: a record
     relabelled to another key), with its calibration detail file when `detail` is given (the record
     and `detail`, in calibration/, detail_path), and remove what no current version can use; all
@@ -159,9 +173,11 @@ def store(grader_dir: Path, record: dict, replaces: dict | None = None, detail: 
 def _write_records(path: Path, recs: list[dict]) -> None:
     recs = sorted(recs, key=lambda r: (r["key"]["scale"], r["key"]["device_class"], r["key"]["task_version"]))
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("# Written by `python -m ai4ai.calibrate`; one record per (task, scale, task version,\n"
-                   "# device class, torch minor). Recompute any of them and compare.\n"
-                   + yaml.safe_dump({"records": recs}, sort_keys=False, width=120))
+    tmp.write_text(
+        "# Written by `python -m ai4ai.calibrate`; one record per (task, scale, task version,\n"
+        "# device class, torch minor). Recompute any of them and compare.\n"
+        + yaml.safe_dump({"records": recs}, sort_keys=False, width=120)
+    )
     tmp.replace(path)
 
 
@@ -195,13 +211,19 @@ def _calibration(record: dict) -> tuple:
 
 @dataclass(frozen=True)
 class Pruned:
-    records: list              # keys of the anchors.yaml records removed
-    details: list              # calibration detail files removed
-    models: list               # models.yaml entries removed
+    records: list  # keys of the anchors.yaml records removed
+    details: list  # calibration detail files removed
+    models: list  # models.yaml entries removed
 
 
-def _prune_locked(grader_dir: Path, task: str, current: dict, whole: str | None = None, frozen: str | None = None,
-                  dry_run: bool = False) -> Pruned:
+def _prune_locked(
+    grader_dir: Path,
+    task: str,
+    current: dict,
+    whole: str | None = None,
+    frozen: str | None = None,
+    dry_run: bool = False,
+) -> Pruned:
     """store's rule on the records, detail files and registry of `grader_dir` (the caller holds anchors.lock)."""
     models = own_models.prune_registry(grader_dir, current, whole, frozen, dry_run)
     # a registry entry from before base_version that stays: a record without one may be its model's
@@ -221,7 +243,7 @@ def _prune_locked(grader_dir: Path, task: str, current: dict, whole: str | None 
             continue
         k = d.get("key") if isinstance(d, dict) else None
         if not (isinstance(k, dict) and {"task", "scale", "task_version"} <= k.keys()):
-            continue                     # not a detail file of this store: left as it is
+            continue  # not a detail file of this store: left as it is
         if stale(d, task, current, legacy) and _calibration(d) not in calibrated:
             details.append(f)
     if not dry_run:
@@ -230,8 +252,14 @@ def _prune_locked(grader_dir: Path, task: str, current: dict, whole: str | None 
     return Pruned(records=[r["key"] for r in gone], details=details, models=models)
 
 
-def prune(grader_dir: Path, task: str, current: dict, whole: str | None = None, frozen: str | None = None,
-          dry_run: bool = False) -> Pruned:
+def prune(
+    grader_dir: Path,
+    task: str,
+    current: dict,
+    whole: str | None = None,
+    frozen: str | None = None,
+    dry_run: bool = False,
+) -> Pruned:
     """Remove (dry_run: only list) what no current version can use, by store's rule, given every scale's
     current base version (`current`, scale -> version; a scale the task no longer has -> None), and
     for the registry its scale-less version `whole` and the frozen repo's hash `frozen`
@@ -250,9 +278,9 @@ LIVENESS_FACTOR = 4.0
 
 @dataclass(frozen=True)
 class Budget:
-    wall_s: float                  # --budget-s and the harness's wall-clock cut
-    cpu_s: float | None            # the training tree's CPU cap; None where the wall clock binds
-    source: str                    # how the caps were derived, for the record
+    wall_s: float  # --budget-s and the harness's wall-clock cut
+    cpu_s: float | None  # the training tree's CPU cap; None where the wall clock binds
+    source: str  # how the caps were derived, for the record
 
 
 def budget(task: Task, scale: str, record: Record | None, threads: int, speed: Speed | None = None) -> Budget:
@@ -271,16 +299,22 @@ def budget(task: Task, scale: str, record: Record | None, threads: int, speed: S
         return Budget(wall_cap, None, f"wall: {b.cap_factor} x shipped {record.train_wall_s:.1f} s")
     if record.train_cpu_s is not None:
         cpu, how = b.cap_factor * record.train_cpu_s, f"{b.cap_factor} x shipped {record.train_cpu_s:.1f} CPU-s"
-    else:   # a record from before CPU accounting: its wall time x threads bounds the CPU it used
+    else:  # a record from before CPU accounting: its wall time x threads bounds the CPU it used
         cpu = b.cap_factor * record.train_wall_s * threads
         how = f"{b.cap_factor} x shipped wall {record.train_wall_s:.1f} s x {threads} threads (record has no CPU time)"
     net = LIVENESS_FACTOR * wall_cap
     if speed is not None:
         cpu, net = cpu * speed.factor, net * max(1.0, speed.factor)
-        how += (f" x host speed {speed.factor:.2f} (probe {speed.here_cpu_s:.2f} CPU-s here, "
-                f"{speed.there_cpu_s:.2f} in the record{'; clamped' if speed.clamped else ''})")
-    return Budget(net, round(cpu, 1), f"cpu: {how}; wall liveness net {LIVENESS_FACTOR} x {wall_cap:.0f} s"
-                  + (f" x {speed.factor:.2f}" if speed is not None and speed.factor > 1 else ""))
+        how += (
+            f" x host speed {speed.factor:.2f} (probe {speed.here_cpu_s:.2f} CPU-s here, "
+            f"{speed.there_cpu_s:.2f} in the record{'; clamped' if speed.clamped else ''})"
+        )
+    return Budget(
+        net,
+        round(cpu, 1),
+        f"cpu: {how}; wall liveness net {LIVENESS_FACTOR} x {wall_cap:.0f} s"
+        + (f" x {speed.factor:.2f}" if speed is not None and speed.factor > 1 else ""),
+    )
 
 
 def host_speed(ctx: RunContext, record: Record | None) -> Speed | None:
@@ -299,12 +333,15 @@ def with_budget(ctx: RunContext, record: Record | None, **changes) -> RunContext
     speed = host_speed(ctx, record)
     b = budget(ctx.task, ctx.scale, record, ctx.threads, speed)
     if speed is not None and speed.factor != 1.0:
-        say(f"  host speed: probe {speed.here_cpu_s:.2f} CPU-s here, {speed.there_cpu_s:.2f} where the anchors' CPU "
-            f"time was measured: CPU cap x {speed.factor:.2f}{' (clamped)' if speed.clamped else ''}")
+        say(
+            f"  host speed: probe {speed.here_cpu_s:.2f} CPU-s here, {speed.there_cpu_s:.2f} where the anchors' CPU "
+            f"time was measured: CPU cap x {speed.factor:.2f}{' (clamped)' if speed.clamped else ''}"
+        )
     return replace(ctx, cap_s=b.wall_s, cpu_cap_s=b.cpu_s, host_speed=speed.as_dict() if speed else None, **changes)
 
 
 # --------------------------------------------------------------------------- calibration
+
 
 def empty_submission() -> Submission:
     return Submission(files={}, rejected={}, patch="", lines_added=0, lines_removed=0)
@@ -317,8 +354,9 @@ def _train_shipped(ctx: RunContext, workdir: Path, seeds: list[int], what: str) 
     results = grade_seeds(shipped, empty_submission(), seeds, workdir / "shipped")
     bad = [r for r in results if r.status != "graded"]
     if bad:
-        raise RuntimeError(f"the shipped algorithm failed {what}: "
-                           + "; ".join(f"seed {r.seed}: {r.status} {r.reason}" for r in bad))
+        raise RuntimeError(
+            f"the shipped algorithm failed {what}: " + "; ".join(f"seed {r.seed}: {r.status} {r.reason}" for r in bad)
+        )
     why = calibration_cut(results)
     if why:
         raise RuntimeError(why)
@@ -336,11 +374,22 @@ def _timing(results: list) -> dict:
 def _provenance(ctx: RunContext, t0: float, command: str, **extra) -> dict:
     """A new record's provenance; with a brought model, its content hash and the base version by which
     the record is judged current (store)."""
-    model = ({"base_version": base_version(ctx.task, ctx.scale), "model_sha256": model_sha256(ctx.task.model_path)}
-             if ctx.task.model_path else {})
-    return {"calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
-            "sandbox": ctx.backend, "calibration_s": round(time.monotonic() - t0, 1),
-            "benchmark_version_at_calibration": ctx.version, "command": command, **model, **extra, **versions()}
+    model = (
+        {"base_version": base_version(ctx.task, ctx.scale), "model_sha256": model_sha256(ctx.task.model_path)}
+        if ctx.task.model_path
+        else {}
+    )
+    return {
+        "calibrated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": socket.gethostname(),
+        "sandbox": ctx.backend,
+        "calibration_s": round(time.monotonic() - t0, 1),
+        "benchmark_version_at_calibration": ctx.version,
+        "command": command,
+        **model,
+        **extra,
+        **versions(),
+    }
 
 
 def _probe(ctx: RunContext, how: str = "with the CPU time") -> dict:
@@ -362,15 +411,27 @@ def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None, tr
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     done = {r.seed: r for r in trained if r.seed in seeds}
-    say(f"calibrating {task.name} at {ctx.scale} on {ctx.key.device_class}: seeds {seeds}"
-        + (f" (seed {', '.join(map(str, done))} already trained)" if done else ""))
+    say(
+        f"calibrating {task.name} at {ctx.scale} on {ctx.key.device_class}: seeds {seeds}"
+        + (f" (seed {', '.join(map(str, done))} already trained)" if done else "")
+    )
     probe = _probe(ctx)
     fresh = {r.seed: r for r in _train_shipped(ctx, workdir, [s for s in seeds if s not in done], "during calibration")}
     results = [done.get(s) or fresh[s] for s in seeds]
-    spec = EvalSpec(task=task.name, repo=str(workdir / "shipped" / ".pristine"), grader=str(task.grader),
-                    model=task.model, scale=ctx.scale, candidates=[], direction=task.metric.direction,
-                    transform=task.metric.transform, metadata_keys=[], device=ctx.device, threads=ctx.threads,
-                    mode="anchors")
+    spec = EvalSpec(
+        task=task.name,
+        repo=str(workdir / "shipped" / ".pristine"),
+        grader=str(task.grader),
+        model=task.model,
+        scale=ctx.scale,
+        candidates=[],
+        direction=task.metric.direction,
+        transform=task.metric.transform,
+        metadata_keys=[],
+        device=ctx.device,
+        threads=ctx.threads,
+        mode="anchors",
+    )
     ref = run_worker(spec, workdir / "anchors_eval")
     best = float(task.metric.best) if not isinstance(task.metric.best, str) else ref["best"]
     if best is None:
@@ -381,29 +442,41 @@ def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None, tr
     vals = [r.validation_metric for r in results if r.validation_metric is not None]
     se = [r.test_excess_se for r in results if r.test_excess_se is not None]
     p0, pb, p1 = (phi(x, task.metric.direction, task.metric.transform) for x in (ref["no_info"], baseline, best))
-    if not p0 < pb < p1:       # sigma is undefined then, and every grading against the record would fail
-        raise RuntimeError(f"calibration of {task.name} at {ctx.scale} gives anchors out of order (no_info "
-                           f"{ref['no_info']:.4g}, shipped {baseline:.4g}, best {best:.4g}): the shipped algorithm "
-                           "must beat the no-information model and stay below the best; nothing stored")
+    if not p0 < pb < p1:  # sigma is undefined then, and every grading against the record would fail
+        raise RuntimeError(
+            f"calibration of {task.name} at {ctx.scale} gives anchors out of order (no_info "
+            f"{ref['no_info']:.4g}, shipped {baseline:.4g}, best {best:.4g}): the shipped algorithm "
+            "must beat the no-information model and stay below the best; nothing stored"
+        )
     record = {
         "key": ctx.key.as_dict(),
         "anchors": {"no_info": ref["no_info"], "baseline": baseline, "best": best},
-        "validation": ({"no_info": ref["validation_no_info"], "baseline": phi_mean_raw(task, vals),
-                        "best": best if not isinstance(task.metric.best, str) else ref["validation_best"]}
-                       # a task graded on a fresh instance trained these runs on that instance, so their
-                       # score on the visible validation split anchors nothing (its proxy shows raw values)
-                       if vals and ref.get("validation_no_info") is not None and not task.grading_data else None),
-        "seeds": seeds, "baseline_per_seed": raws,
+        "validation": (
+            {
+                "no_info": ref["validation_no_info"],
+                "baseline": phi_mean_raw(task, vals),
+                "best": best if not isinstance(task.metric.best, str) else ref["validation_best"],
+            }
+            # a task graded on a fresh instance trained these runs on that instance, so their
+            # score on the visible validation split anchors nothing (its proxy shows raw values)
+            if vals and ref.get("validation_no_info") is not None and not task.grading_data
+            else None
+        ),
+        "seeds": seeds,
+        "baseline_per_seed": raws,
         "phi_std": statistics.stdev(phis),
         "test_excess_se": max(se) if se else None,
-        **_timing(results), **probe,
+        **_timing(results),
+        **probe,
         "provenance": _provenance(ctx, t0, f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale}"),
     }
     path = store(task.grader, record, detail={"per_seed": [r.as_dict() for r in results]})
     a = record["anchors"]
-    say(f"anchors stored in {path}: no_info {a['no_info']:.4f}, baseline {a['baseline']:.4f} "
+    say(
+        f"anchors stored in {path}: no_info {a['no_info']:.4f}, baseline {a['baseline']:.4f} "
         f"(phi std {record['phi_std']:.4f} over {len(seeds)} seeds), best {a['best']:.4f}; "
-        f"shipped training {record['train_wall_s']['mean']:.1f} s, {record['train_cpu_s']['mean']:.1f} CPU-s per seed")
+        f"shipped training {record['train_wall_s']['mean']:.1f} s, {record['train_cpu_s']['mean']:.1f} CPU-s per seed"
+    )
     return record
 
 
@@ -452,8 +525,9 @@ REPRODUCE_FLOOR = 1e-4
 def _phi_gap(task: Task, rec: Record, here: float, there: float) -> tuple[float, float]:
     """(|phi(here) - phi(there)|, the most it may be for `here` to reproduce `rec`'s `there`)."""
     m = task.metric
-    return abs(phi(here, m.direction, m.transform) - phi(there, m.direction, m.transform)), \
-        max(0.5 * rec.phi_std, REPRODUCE_FLOOR)
+    return abs(phi(here, m.direction, m.transform) - phi(there, m.direction, m.transform)), max(
+        0.5 * rec.phi_std, REPRODUCE_FLOOR
+    )
 
 
 def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
@@ -469,8 +543,10 @@ def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
     task = ctx.task
     seed = int(rec.raw["seeds"][0])
     there = float(rec.raw["baseline_per_seed"][0])
-    say(f"the {task.name}/{ctx.scale} record cannot cap CPU here: {why}; measuring the shipped algorithm's "
-        f"CPU time on {ctx.key.device_class} (seed {seed}, one shipped training)")
+    say(
+        f"the {task.name}/{ctx.scale} record cannot cap CPU here: {why}; measuring the shipped algorithm's "
+        f"CPU time on {ctx.key.device_class} (seed {seed}, one shipped training)"
+    )
     t0 = time.monotonic()
     probe = _probe(ctx)
     results = _train_shipped(ctx, workdir, [seed], "while measuring its CPU time")
@@ -478,21 +554,39 @@ def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
     here = float(r0.raw)
     d_phi, tol = _phi_gap(task, rec, here, there)
     if d_phi > tol:
-        say(f"seed {seed} gives {here:.6g} here and {there:.6g} in the {rec.key.device_class} record (phi differs by "
+        say(
+            f"seed {seed} gives {here:.6g} here and {there:.6g} in the {rec.key.device_class} record (phi differs by "
             f"{d_phi:.3g}, more than {tol:.3g}: half its seed-to-seed std, at least {REPRODUCE_FLOOR:g}): the anchors "
-            "do not transfer; calibrating in full")
+            "do not transfer; calibrating in full"
+        )
         return calibrate(ctx, workdir / "calibration", trained=results)
-    kept = {k: v for k, v in rec.raw.items()
-            if k not in ("key", "train_wall_s", "train_cpu_s", "host_probe", "provenance")}
-    anchors_from = {"device_class": rec.key.device_class, "calibrated_at": rec.raw["provenance"]["calibrated_at"],
-                    "host": rec.raw["provenance"].get("host"),
-                    "check": {"seed": seed, "metric_there": there, "metric_here": here}}
-    record = {"key": ctx.key.as_dict(), **kept, **_timing(results), **probe,
-              "provenance": _provenance(ctx, t0, f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale} "
-                                        "cpu_only=true", cpu_measured_on_seeds=[seed], anchors_from=anchors_from)}
+    kept = {
+        k: v for k, v in rec.raw.items() if k not in ("key", "train_wall_s", "train_cpu_s", "host_probe", "provenance")
+    }
+    anchors_from = {
+        "device_class": rec.key.device_class,
+        "calibrated_at": rec.raw["provenance"]["calibrated_at"],
+        "host": rec.raw["provenance"].get("host"),
+        "check": {"seed": seed, "metric_there": there, "metric_here": here},
+    }
+    record = {
+        "key": ctx.key.as_dict(),
+        **kept,
+        **_timing(results),
+        **probe,
+        "provenance": _provenance(
+            ctx,
+            t0,
+            f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale} cpu_only=true",
+            cpu_measured_on_seeds=[seed],
+            anchors_from=anchors_from,
+        ),
+    }
     path = store(task.grader, record)
-    say(f"CPU time stored in {path}: shipped {r0.cpu_s:.1f} CPU-s ({r0.train_s:.1f} s) on seed {seed}, whose metric "
-        f"{here:.6g} reproduces the {rec.key.device_class} record's {there:.6g}; its anchors are kept")
+    say(
+        f"CPU time stored in {path}: shipped {r0.cpu_s:.1f} CPU-s ({r0.train_s:.1f} s) on seed {seed}, whose metric "
+        f"{here:.6g} reproduces the {rec.key.device_class} record's {there:.6g}; its anchors are kept"
+    )
     return record
 
 
@@ -508,16 +602,28 @@ def verify(ctx: RunContext, rec: Record, workdir: Path, seeds: list[int] | None 
     unknown = [s for s in seeds if s not in stored]
     if unknown:
         raise SystemExit(f"ai4ai: seeds {unknown} are not calibration seeds of this record; it has {sorted(stored)}")
-    say(f"verifying the {task.name}/{ctx.scale} record of {rec.key.device_class} (calibrated "
-        f"{rec.raw['provenance']['calibrated_at']}) on {len(seeds)} seed(s) here, {ctx.key.device_class}")
+    say(
+        f"verifying the {task.name}/{ctx.scale} record of {rec.key.device_class} (calibrated "
+        f"{rec.raw['provenance']['calibrated_at']}) on {len(seeds)} seed(s) here, {ctx.key.device_class}"
+    )
     results = _train_shipped(ctx, workdir, seeds, "while verifying its anchors")
     rows = []
     for r in results:
         d_phi, tol = _phi_gap(task, rec, float(r.raw), stored[r.seed])
-        rows.append({"seed": r.seed, "stored": stored[r.seed], "here": float(r.raw), "d_phi": d_phi, "tol": tol,
-                     "agrees": d_phi <= tol})
-        say(f"  seed {r.seed}: stored {stored[r.seed]:.6g}, here {float(r.raw):.6g}, phi differs by {d_phi:.3g} "
-            f"(tolerance {tol:.3g}): {'agrees' if d_phi <= tol else 'DIFFERS'}")
+        rows.append(
+            {
+                "seed": r.seed,
+                "stored": stored[r.seed],
+                "here": float(r.raw),
+                "d_phi": d_phi,
+                "tol": tol,
+                "agrees": d_phi <= tol,
+            }
+        )
+        say(
+            f"  seed {r.seed}: stored {stored[r.seed]:.6g}, here {float(r.raw):.6g}, phi differs by {d_phi:.3g} "
+            f"(tolerance {tol:.3g}): {'agrees' if d_phi <= tol else 'DIFFERS'}"
+        )
     return rows
 
 
@@ -528,16 +634,25 @@ def add_probe(ctx: RunContext, rec: Record) -> dict:
     before the probe existed gets it from a later host of its device class, and says so
     (host_probe.measured). Recalibrating measures both together."""
     if rec.match != "exact":
-        raise SystemExit(f"ai4ai: the {ctx.task.name}/{ctx.scale} record was measured on {rec.key.device_class}, not "
-                         f"{ctx.key.device_class}: a probe here would not describe its host; use cpu_only=true")
-    probe = _probe(ctx, how=f"after calibration (calibrated {rec.raw['provenance']['calibrated_at']} on host "
-                            f"{rec.raw['provenance'].get('host')}), on a host of the same device class")
+        raise SystemExit(
+            f"ai4ai: the {ctx.task.name}/{ctx.scale} record was measured on {rec.key.device_class}, not "
+            f"{ctx.key.device_class}: a probe here would not describe its host; use cpu_only=true"
+        )
+    probe = _probe(
+        ctx,
+        how=f"after calibration (calibrated {rec.raw['provenance']['calibrated_at']} on host "
+        f"{rec.raw['provenance'].get('host')}), on a host of the same device class",
+    )
     if not probe:
-        raise SystemExit(f"ai4ai: the host-speed probe applies only to ci and smoke on a CPU (here: {ctx.scale}, {ctx.device})")
+        raise SystemExit(
+            f"ai4ai: the host-speed probe applies only to ci and smoke on a CPU (here: {ctx.scale}, {ctx.device})"
+        )
     record = {**{k: v for k, v in rec.raw.items() if k != "provenance"}, **probe, "provenance": rec.raw["provenance"]}
     path = store(ctx.task.grader, record)
-    say(f"host probe stored in {path}: {probe['host_probe']['cpu_s']:.2f} CPU-s (least of "
-        f"{probe['host_probe']['runs']}) for {ctx.task.name}/{ctx.scale} on {ctx.key.device_class}")
+    say(
+        f"host probe stored in {path}: {probe['host_probe']['cpu_s']:.2f} CPU-s (least of "
+        f"{probe['host_probe']['runs']}) for {ctx.task.name}/{ctx.scale} on {ctx.key.device_class}"
+    )
     return record
 
 
@@ -550,8 +665,10 @@ def ensure(ctx: RunContext) -> Record:
         rec = find(ctx.task.grader, ctx.key)
     if rec is not None:
         return rec
-    say(f"no anchors for {ctx.key.task}/{ctx.key.scale} on {ctx.key.device_class} (task version {ctx.key.task_version}); "
-        f"calibrating first, {estimate_text(ctx)}")
+    say(
+        f"no anchors for {ctx.key.task}/{ctx.key.scale} on {ctx.key.device_class} (task version {ctx.key.task_version}); "
+        f"calibrating first, {estimate_text(ctx)}"
+    )
     calibrate(ctx, RunDir(ctx.run_dir).calibration)
     rec = find(ctx.task.grader, ctx.key)
     if rec is None:

@@ -5,6 +5,7 @@ under, and, once anchors are known (`anchors.with_budget`), the caps and the run
 phase (proxy call, grading, calibration, check, audit) takes one; a phase that needs another run
 folder or other caps gets a `replace`d copy, never a repacked type.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,6 +35,7 @@ class UsageError(SystemExit):
 @dataclass(frozen=True)
 class Key:
     """What an anchor record is stored under (anchors.yaml)."""
+
     task: str
     scale: str
     task_version: str
@@ -52,13 +54,13 @@ class RunContext:
     threads: int
     backend: str
     run_dir: Path
-    key: Key | None = None             # None only where no anchors are read (a bare training in a test)
-    version: str = ""                  # benchmark version
-    task_overridden: bool = False      # the composed task config differs from conf/task/<name>.yaml
+    key: Key | None = None  # None only where no anchors are read (a bare training in a test)
+    version: str = ""  # benchmark version
+    task_overridden: bool = False  # the composed task config differs from conf/task/<name>.yaml
     progress: bool = True
-    cap_s: float | None = None         # wall clock: the budget at full, a wide liveness net when cpu_cap_s is set
-    cpu_cap_s: float | None = None     # CPU seconds of the training tree (metered scales, once calibrated)
-    host_speed: dict | None = None     # hostspeed.Speed.as_dict(): how cpu_cap_s was carried to this host
+    cap_s: float | None = None  # wall clock: the budget at full, a wide liveness net when cpu_cap_s is set
+    cpu_cap_s: float | None = None  # CPU seconds of the training tree (metered scales, once calibrated)
+    host_speed: dict | None = None  # hostspeed.Speed.as_dict(): how cpu_cap_s was carried to this host
     # The run's secret: training seeds and sandbox folder names derive from it, so a training
     # process cannot tell a proxy call from a grading seed. None: the seeds pass unchanged
     # (calibration and check_task, which grade no submission).
@@ -66,8 +68,13 @@ class RunContext:
 
 
 def anchor_key(task: Task, scale: str, device: str, threads: int) -> Key:
-    return Key(task=task.name, scale=scale, task_version=task_version(task, scale),
-               device_class=device_class(device, threads), torch=torch_minor())
+    return Key(
+        task=task.name,
+        scale=scale,
+        task_version=task_version(task, scale),
+        device_class=device_class(device, threads),
+        torch=torch_minor(),
+    )
 
 
 def task_from_cfg(cfg: DictConfig) -> tuple[Task, bool]:
@@ -100,6 +107,7 @@ def context(cfg: DictConfig, run_dir: Path, paid: bool = False) -> RunContext:
     device = default_device() if cfg.device == "auto" else str(cfg.device)
     if device.startswith("cuda"):
         import torch
+
         if not torch.cuda.is_available():
             raise UsageError("device=cuda but torch sees no CUDA device; use device=cpu or device=auto")
     scale = resolve_scale(cfg.scale.name, device, paid)
@@ -113,6 +121,15 @@ def context(cfg: DictConfig, run_dir: Path, paid: bool = False) -> RunContext:
         backend = resolve_backend(cfg.sandbox.backend)
     except Exception as e:
         raise UsageError(str(e))
-    return RunContext(task=task, scale=scale, device=device, threads=threads, backend=backend, run_dir=run_dir,
-                      key=anchor_key(task, scale, device, threads), version=benchmark_version(),
-                      task_overridden=overridden, progress=bool(cfg.get("progress", True)))
+    return RunContext(
+        task=task,
+        scale=scale,
+        device=device,
+        threads=threads,
+        backend=backend,
+        run_dir=run_dir,
+        key=anchor_key(task, scale, device, threads),
+        version=benchmark_version(),
+        task_overridden=overridden,
+        progress=bool(cfg.get("progress", True)),
+    )

@@ -14,6 +14,7 @@ short harness-written reason; a seed with no valid candidate is invalid. The wor
 it judges any candidate (importing the grader, generating a split), or a grader that fails on
 pristine weights as well, is the harness's fault: the worker exits non-zero and the seed is `error`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,9 +33,9 @@ from ai4ai.core.hidden import load_grader
 from ai4ai.core.scoring import phi
 
 CKPT_RE = re.compile(r"^ckpt_(\d{8})\.safetensors$")
-MAX_CKPT_OVERHEAD = 1 << 20     # header slack beyond the raw parameter bytes
+MAX_CKPT_OVERHEAD = 1 << 20  # header slack beyond the raw parameter bytes
 MAX_METADATA_BYTES = 65536
-MAX_METADATA_DEPTH = 16         # flat in every task; bounded before parsing (json recurses per level)
+MAX_METADATA_DEPTH = 16  # flat in every task; bounded before parsing (json recurses per level)
 MAX_METADATA_STR = 200
 MAX_METADATA_INT = 1 << 63
 
@@ -59,24 +60,26 @@ class WorkerError(RuntimeError):
 # imported, so nothing else of the project root (e.g. ai4ai_kernels/) is importable by name afterwards.
 # After the result file is written the worker leaves at once: an interpreter that has imported torch
 # and transformers takes ~2 s here to tear them down, for nothing (measured: exit 2.1 s, os._exit 0.1 s).
-_BOOT = ("import os, sys; root = sys.argv.pop(1); sys.path.insert(0, root); import ai4ai.grading.evaluation as ev; "
-         "sys.path.remove(root); ev.main(sys.argv[1:]); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)")
+_BOOT = (
+    "import os, sys; root = sys.argv.pop(1); sys.path.insert(0, root); import ai4ai.grading.evaluation as ev; "
+    "sys.path.remove(root); ev.main(sys.argv[1:]); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)"
+)
 
 
 @dataclass(frozen=True)
 class EvalSpec:
     task: str
-    repo: str                  # pristine repo copy (never mounted in a sandbox)
-    grader: str                # grader_hidden/<task>
-    model: str                 # module:function
+    repo: str  # pristine repo copy (never mounted in a sandbox)
+    grader: str  # grader_hidden/<task>
+    model: str  # module:function
     scale: str
-    candidates: list           # checkpoint paths, oldest first
+    candidates: list  # checkpoint paths, oldest first
     direction: str
     transform: str
     metadata_keys: list
     device: str
     threads: int
-    mode: str = "grade"        # grade | anchors (no-info and best) | proxy (validation only)
+    mode: str = "grade"  # grade | anchors (no-info and best) | proxy (validation only)
 
 
 def run_worker(spec: EvalSpec, workdir: Path, timeout_s: float = 3600) -> dict:
@@ -87,12 +90,22 @@ def run_worker(spec: EvalSpec, workdir: Path, timeout_s: float = 3600) -> dict:
     out_path.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env.update(PYTHONPYCACHEPREFIX=str(PROJECT_ROOT / "outputs" / ".cache" / "eval-pycache"),
-               OMP_NUM_THREADS=str(spec.threads), MKL_NUM_THREADS=str(spec.threads),
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.update(
+        PYTHONPYCACHEPREFIX=str(PROJECT_ROOT / "outputs" / ".cache" / "eval-pycache"),
+        OMP_NUM_THREADS=str(spec.threads),
+        MKL_NUM_THREADS=str(spec.threads),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
     root = str(PROJECT_ROOT.resolve())
-    r = subprocess.run([sys.executable, "-c", _BOOT, root, str(spec_path), str(out_path)],
-                       env=env, cwd=str(workdir), capture_output=True, text=True, timeout=timeout_s)
+    r = subprocess.run(
+        [sys.executable, "-c", _BOOT, root, str(spec_path), str(out_path)],
+        env=env,
+        cwd=str(workdir),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     (workdir / "eval.log").write_text(r.stdout + r.stderr)
     if r.returncode != 0 or not out_path.exists():
         out = (r.stderr or r.stdout).strip()
@@ -102,6 +115,7 @@ def run_worker(spec: EvalSpec, workdir: Path, timeout_s: float = 3600) -> dict:
 
 
 # --------------------------------------------------------------------------- worker side
+
 
 def load_strict(model, path: Path, digest: dict | None = None):
     """Load a checkpoint into `model` (pristine code) or raise InvalidCheckpoint.
@@ -123,8 +137,9 @@ def load_strict(model, path: Path, digest: dict | None = None):
             keys = set(f.keys())
             extra, missing = sorted(keys - set(params)), sorted(set(params) - keys)
             if extra or missing:
-                raise InvalidCheckpoint(f"{path.name}: keys differ from the model's parameters "
-                                        f"(extra {extra[:5]}, missing {missing[:5]})")
+                raise InvalidCheckpoint(
+                    f"{path.name}: keys differ from the model's parameters (extra {extra[:5]}, missing {missing[:5]})"
+                )
             tensors = {k: f.get_tensor(k) for k in keys}
     except SafetensorError as e:
         raise InvalidCheckpoint(f"{path.name}: not a readable safetensors file ({e})") from None
@@ -137,8 +152,9 @@ def load_strict(model, path: Path, digest: dict | None = None):
         for k, p in sorted(params.items()):
             t = tensors[k]
             if t.shape != p.shape or t.dtype != p.dtype:
-                raise InvalidCheckpoint(f"{path.name}: {k} is {t.dtype}{list(t.shape)}, "
-                                        f"expected {p.dtype}{list(p.shape)}")
+                raise InvalidCheckpoint(
+                    f"{path.name}: {k} is {t.dtype}{list(t.shape)}, expected {p.dtype}{list(p.shape)}"
+                )
             if not torch.isfinite(t).all():
                 raise InvalidCheckpoint(f"{path.name}: {k} has non-finite values")
             p.copy_(t)
@@ -166,7 +182,7 @@ def read_metadata(path: Path, keys: list) -> dict:
         raise InvalidCheckpoint(f"{path.name}: malformed metadata (not UTF-8 text)") from None
     if _json_depth(text) > MAX_METADATA_DEPTH:
         raise InvalidCheckpoint(f"{path.name}: malformed metadata (nested deeper than {MAX_METADATA_DEPTH})")
-    try:    # no NaN or Infinity literals: a non-finite value is malformed, not a number
+    try:  # no NaN or Infinity literals: a non-finite value is malformed, not a number
         d = json.loads(text, parse_constant=_refuse_constant)
     except (ValueError, RecursionError):
         raise InvalidCheckpoint(f"{path.name}: malformed metadata (not JSON)") from None
@@ -177,11 +193,16 @@ def read_metadata(path: Path, keys: list) -> dict:
         if k not in d:
             continue
         v = d[k]
-        ok = (isinstance(v, int) and not isinstance(v, bool) and abs(v) < MAX_METADATA_INT) or \
-             (isinstance(v, float) and math.isfinite(v)) or (isinstance(v, str) and len(v) <= MAX_METADATA_STR)
+        ok = (
+            (isinstance(v, int) and not isinstance(v, bool) and abs(v) < MAX_METADATA_INT)
+            or (isinstance(v, float) and math.isfinite(v))
+            or (isinstance(v, str) and len(v) <= MAX_METADATA_STR)
+        )
         if not ok:
-            raise InvalidCheckpoint(f"{path.name}: malformed metadata ({k} is not a finite number or a string "
-                                    f"of at most {MAX_METADATA_STR} characters)")
+            raise InvalidCheckpoint(
+                f"{path.name}: malformed metadata ({k} is not a finite number or a string "
+                f"of at most {MAX_METADATA_STR} characters)"
+            )
         out[k] = v
     return out
 
@@ -232,7 +253,7 @@ class _Judge:
         except InvalidCheckpoint:
             raise
         except MemoryError:
-            raise               # the machine's, not the weights': the model's size is pristine
+            raise  # the machine's, not the weights': the model's size is pristine
         except Exception as e:  # noqa: BLE001 - what the grader computes from weights is the submission's
             if type(e).__name__ == "OutOfMemoryError":
                 raise
@@ -244,8 +265,9 @@ class _Judge:
                     self._controls[key] = c
             if self._controls[key] is not None:
                 raise RuntimeError(f"the grader fails on pristine weights too ({key})") from e
-            raise InvalidCheckpoint(f"{path.name}: the grader raised {type(e).__name__} evaluating these weights "
-                                    f"({key})") from None
+            raise InvalidCheckpoint(
+                f"{path.name}: the grader raised {type(e).__name__} evaluating these weights ({key})"
+            ) from None
 
     def metric(self, path: Path, split_name: str, split, cfg, digest=None) -> float:
         def evaluate(model, c):
@@ -256,6 +278,7 @@ class _Judge:
             if not math.isfinite(raw):
                 raise InvalidCheckpoint(f"{path.name}: {split_name} metric is {raw}")
             return raw
+
         return self.judged(path, f"{split_name} split", run, evaluate)
 
     def test_metric(self, path: Path, test, cfg) -> dict:
@@ -274,6 +297,7 @@ class _Judge:
             if not math.isfinite(raw):
                 raise InvalidCheckpoint(f"{path.name}: test metric is {raw}")
             return raw, se
+
         raw, se = self.judged(path, "test split", run, with_noise)
         return {"test_metric": raw, "test_excess_se": se}
 
@@ -346,7 +370,7 @@ def _grade(judge: _Judge) -> dict:
         out["chosen"] = chosen.name
         out["weights_sha256"] = rec["weights_sha256"]
         if "validation" in grader.SPLITS:
-            try:   # reported beside the score, never part of it: a failure here only leaves it empty
+            try:  # reported beside the score, never part of it: a failure here only leaves it empty
                 out["validation_metric"] = judge.metric(chosen, "validation", grader.split("validation", None), cfg)
             except InvalidCheckpoint:
                 out["validation_metric"] = None
@@ -370,7 +394,7 @@ def _worker(spec: EvalSpec) -> dict:
     sys.path.insert(0, spec.repo)
     mod_name, fn_name = spec.model.split(":")
     build = getattr(importlib.import_module(mod_name), fn_name)
-    for name in list(sys.modules):      # the model must come from the pristine copy
+    for name in list(sys.modules):  # the model must come from the pristine copy
         f = getattr(sys.modules[name], "__file__", None) or ""
         if name == mod_name and not f.startswith(spec.repo):
             raise RuntimeError(f"model module {name} imported from {f}, not the pristine copy")

@@ -7,6 +7,7 @@ The figures come from the task config's `estimate` and `peak_gpu_gib` (conf/task
 what will be prepared from `data.prepare`/`data.writes`/`data.artifacts`, and the cache's state
 from ai4ai.prepare (each cached file is checked against its sha256 unless check=False).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,13 @@ from ai4ai import PROJECT_ROOT
 from ai4ai.core.task import Task
 from ai4ai.repo import preparing as prep
 
-UNIT_NAMES = {"tokens": "tokens", "samples": "sampled trajectories", "env_steps": "environment steps",
-              "graphs": "graphs", "examples": "examples"}
+UNIT_NAMES = {
+    "tokens": "tokens",
+    "samples": "sampled trajectories",
+    "env_steps": "environment steps",
+    "graphs": "graphs",
+    "examples": "examples",
+}
 
 
 def _rel(p: Path) -> str:
@@ -39,13 +45,17 @@ def gpu_hours(task: Task, scale: str = "full") -> dict | None:
         return None
     seed_min = b.estimate.expected_minutes
     cap_min = max(b.cap_min_s / 60, b.cap_factor * seed_min)
-    return {"seed_min": seed_min, "cap_min": cap_min,
-            "calibration_h": len(b.calibration_seeds) * seed_min / 60,
-            "cell_h": len(b.grader_seeds) * cap_min / 60}
+    return {
+        "seed_min": seed_min,
+        "cap_min": cap_min,
+        "calibration_h": len(b.calibration_seeds) * seed_min / 60,
+        "cell_h": len(b.grader_seeds) * cap_min / 60,
+    }
 
 
-def plan_lines(task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, device: str = "cuda",
-               check: bool = True) -> list[str]:
+def plan_lines(
+    task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, device: str = "cuda", check: bool = True
+) -> list[str]:
     """The lines a dry run prints about `scale`'s sizes, expected minutes, peak memory and preparation.
 
     At ci and smoke (no estimate, nothing to prepare) this is one line saying so."""
@@ -53,19 +63,25 @@ def plan_lines(task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, devic
     lines = []
     e = b.estimate
     if e is not None:
-        lines.append(f"sizes       {b.n_params:,} parameters   {e.amount:,} {UNIT_NAMES[e.units]}   "
-                     f"{e.steps:,} steps   {e.flops:.1e} model FLOPs")
+        lines.append(
+            f"sizes       {b.n_params:,} parameters   {e.amount:,} {UNIT_NAMES[e.units]}   "
+            f"{e.steps:,} steps   {e.flops:.1e} model FLOPs"
+        )
         h = gpu_hours(task, scale)
         if e.measured_step_ms is None:
             per_seed = f"~{e.minutes:g} min per seed of the shipped algorithm ({e.step_ms:g} ms a step; an H200 estimate, not a measurement)"
         else:
             m = e.expected_minutes
-            per_seed = ((f"~{m:.0f}" if m >= 10 else f"~{m:.2g}") + " min per seed of the shipped algorithm "
-                        f"({e.measured_step_ms:g} ms a step, measured: {e.measured_how}; "
-                        f"first estimated at {e.step_ms:g} ms, {e.minutes:g} min)")
-        lines.append(f"on a GPU    {per_seed}: calibration ~{_hours(h['calibration_h'] * 60)} "
-                     f"({len(b.calibration_seeds)} seeds), a graded cell up to ~{_hours(h['cell_h'] * 60)} "
-                     f"({len(b.grader_seeds)} seeds at the cap, {_hours(h['cap_min'])} each)")
+            per_seed = (
+                (f"~{m:.0f}" if m >= 10 else f"~{m:.2g}") + " min per seed of the shipped algorithm "
+                f"({e.measured_step_ms:g} ms a step, measured: {e.measured_how}; "
+                f"first estimated at {e.step_ms:g} ms, {e.minutes:g} min)"
+            )
+        lines.append(
+            f"on a GPU    {per_seed}: calibration ~{_hours(h['calibration_h'] * 60)} "
+            f"({len(b.calibration_seeds)} seeds), a graded cell up to ~{_hours(h['cell_h'] * 60)} "
+            f"({len(b.grader_seeds)} seeds at the cap, {_hours(h['cap_min'])} each)"
+        )
         lines.append(f"basis       {e.basis}")
     if b.peak_gpu_gib is not None:
         lines.append(f"peak memory ~{b.peak_gpu_gib:g} GiB of GPU memory per training run (shipped algorithm)")
@@ -73,8 +89,9 @@ def plan_lines(task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, devic
     return lines
 
 
-def prepare_lines(task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, device: str = "cuda",
-                  check: bool = True) -> list[str]:
+def prepare_lines(
+    task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, device: str = "cuda", check: bool = True
+) -> list[str]:
     need_data, need_art = prep.needs_data(task, scale), prep.needs_artifacts(task, scale)
     if not (need_data or need_art):
         return [f"prepare     nothing: {task.name}'s {scale} data and prepared models are committed"]
@@ -84,12 +101,17 @@ def prepare_lines(task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, de
         st = prep.cache_state(task, scale, cache_root, check=check)
         where = f"grader {task.prepare}('{scale}') -> {_rel(st.path)}"
         if st.state == "complete":
-            lines.append(f"prepare     data: {where}: cached, {len(st.files)} files "
-                         f"{'verified' if check else 'listed'} ({', '.join(st.files)})")
+            lines.append(
+                f"prepare     data: {where}: cached, {len(st.files)} files "
+                f"{'verified' if check else 'listed'} ({', '.join(st.files)})"
+            )
         else:
             todo = True
-            how = {"absent": "not prepared", "partial": "a prepare stopped midway (it will be regenerated)",
-                   "damaged": f"damaged ({'; '.join(st.problems[:2])}): will be rebuilt"}[st.state]
+            how = {
+                "absent": "not prepared",
+                "partial": "a prepare stopped midway (it will be regenerated)",
+                "damaged": f"damaged ({'; '.join(st.problems[:2])}): will be rebuilt",
+            }[st.state]
             lines.append(f"prepare     data: {where}: {how}; writes {', '.join(st.files) or 'its splits'}")
     if need_art:
         state = prep.artifact_state(task, scale)
@@ -101,8 +123,10 @@ def prepare_lines(task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, de
                 todo = True
                 lines.append(f"prepare     artifact {rel}: {s}; made by `{cmd}` in {_rel(task.repo)}")
     if todo:
-        lines.append(f"            run first: python -m ai4ai.prepare task={task.name} scale={scale}"
-                     f"{'' if device == 'auto' else f' device={device}'}")
+        lines.append(
+            f"            run first: python -m ai4ai.prepare task={task.name} scale={scale}"
+            f"{'' if device == 'auto' else f' device={device}'}"
+        )
     return lines
 
 
@@ -120,6 +144,8 @@ def calibration_cut(results: list) -> str | None:
     cut = [r for r in results if getattr(r, "timed_out", False)]
     if not cut:
         return None
-    return ("the shipped algorithm was cut by the wall clock on seeds "
-            + ", ".join(str(r.seed) for r in cut)
-            + f" after {max(r.train_s for r in cut):.0f} s: raise the task's default_cap_s for this scale and calibrate again")
+    return (
+        "the shipped algorithm was cut by the wall clock on seeds "
+        + ", ".join(str(r.seed) for r in cut)
+        + f" after {max(r.train_s for r in cut):.0f} s: raise the task's default_cap_s for this scale and calibrate again"
+    )

@@ -2,6 +2,7 @@
 sandbox (training.py) -> choose among the last 3 checkpoints on the selection split -> hidden
 evaluation of the chosen one in a separate process -> a SeedResult per seed (scored in scoring.py).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -32,7 +33,7 @@ from ai4ai.repo.workspace import pristine_copy
 @dataclass(frozen=True)
 class SeedResult:
     seed: int
-    status: str                   # graded | invalid | error
+    status: str  # graded | invalid | error
     reason: str | None
     raw: float | None
     train_s: float
@@ -41,13 +42,13 @@ class SeedResult:
     chosen: str | None = None
     validation_metric: float | None = None
     test_excess_se: float | None = None
-    cpu_s: float | None = None            # CPU time of the training tree, measured from the host
-    cut: str | None = None                # cpu | wall: the harness ended training (None: it exited)
-    steps: int | None = None              # the chosen checkpoint's step (from its name)
-    training_seed: int | None = None      # the --seed the training process got (see training_seed)
+    cpu_s: float | None = None  # CPU time of the training tree, measured from the host
+    cut: str | None = None  # cpu | wall: the harness ended training (None: it exited)
+    steps: int | None = None  # the chosen checkpoint's step (from its name)
+    training_seed: int | None = None  # the --seed the training process got (see training_seed)
     host_idle_cores: float | None = None  # the host's idle CPUs during training (load evidence)
-    weights_sha256: str | None = None   # of the chosen checkpoint's loaded tensors (replicates compared)
-    served: dict | None = None          # what the meter served, per class (meter.json); None: no meter
+    weights_sha256: str | None = None  # of the chosen checkpoint's loaded tensors (replicates compared)
+    served: dict | None = None  # what the meter served, per class (meter.json); None: no meter
     first_cut_cpu_s: float | None = None  # CPU seconds of a first training its CPU cap cut (then retrained once)
 
     def as_dict(self) -> dict:
@@ -56,10 +57,20 @@ class SeedResult:
 
 def eval_spec(ctx: RunContext, pristine: Path, ckpts: list, mode: str = "grade") -> EvalSpec:
     task = ctx.task
-    return EvalSpec(task=task.name, repo=str(pristine), grader=str(task.grader), model=task.model,
-                    scale=ctx.scale, candidates=[str(c) for c in ckpts], direction=task.metric.direction,
-                    transform=task.metric.transform, metadata_keys=list(task.checkpoint_metadata),
-                    device=ctx.device, threads=ctx.threads, mode=mode)
+    return EvalSpec(
+        task=task.name,
+        repo=str(pristine),
+        grader=str(task.grader),
+        model=task.model,
+        scale=ctx.scale,
+        candidates=[str(c) for c in ckpts],
+        direction=task.metric.direction,
+        transform=task.metric.transform,
+        metadata_keys=list(task.checkpoint_metadata),
+        device=ctx.device,
+        threads=ctx.threads,
+        mode=mode,
+    )
 
 
 def _retrain_after_cpu_cut(ctx: RunContext, first: SeedResult, again, seed_dir: Path) -> SeedResult:
@@ -70,8 +81,10 @@ def _retrain_after_cpu_cut(ctx: RunContext, first: SeedResult, again, seed_dir: 
     else of ours running (other tenants slow every instruction), and a cap of 1.5 x the calibrated
     CPU time then cut the shipped algorithm itself. A slow spell passes; a submission that needs
     more than its cap is cut again. The first training is kept beside the second (cut_1/)."""
-    say(f"  seed {first.seed}: cut by its CPU cap at {first.cpu_s:.0f} of {ctx.cpu_cap_s:.0f} CPU-s; "
-        "training it once more (a slow spell of a shared host also costs CPU time)")
+    say(
+        f"  seed {first.seed}: cut by its CPU cap at {first.cpu_s:.0f} of {ctx.cpu_cap_s:.0f} CPU-s; "
+        "training it once more (a slow spell of a shared host also costs CPU time)"
+    )
     kept = seed_dir.parent / f"{seed_dir.name}.cut_1"
     if kept.exists():
         shutil.rmtree(kept)
@@ -84,37 +97,61 @@ def _retrain_after_cpu_cut(ctx: RunContext, first: SeedResult, again, seed_dir: 
 @dataclass(frozen=True)
 class Copies:
     """What every seed of one grading trains and evaluates with, built once by `grade_seeds`."""
+
     ctx: RunContext
-    train_repo: Path               # the submission applied to a pristine copy (without the meter's held files)
-    pristine: Path                 # the copy the evaluation worker builds the model from
-    mounts: list                   # data mounts of a graded run (a fresh instance, where the task has one)
+    train_repo: Path  # the submission applied to a pristine copy (without the meter's held files)
+    pristine: Path  # the copy the evaluation worker builds the model from
+    mounts: list  # data mounts of a graded run (a fresh instance, where the task has one)
     env: dict
     meter_repo: Path | None = None  # the meter's own copy, where it holds a graded prepared model
 
 
 def train_and_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int) -> SeedResult:
     ctx = c.ctx
-    outcome, ckpts, reason = run_training(ctx, c.train_repo, train_seed, seed_dir, c.mounts, c.env,
-                                          f"  seed {seed} training", c.meter_repo)
-    base = dict(seed=seed, train_s=round(outcome.wall_s, 2), timed_out=outcome.timed_out, cpu_s=outcome.cpu_s,
-                cut=outcome.cut, host_idle_cores=outcome.host_idle_cores, training_seed=train_seed,
-                served=read_report(seed_dir / "meter.json") if ctx.task.meter is not None else None)
+    outcome, ckpts, reason = run_training(
+        ctx, c.train_repo, train_seed, seed_dir, c.mounts, c.env, f"  seed {seed} training", c.meter_repo
+    )
+    base = dict(
+        seed=seed,
+        train_s=round(outcome.wall_s, 2),
+        timed_out=outcome.timed_out,
+        cpu_s=outcome.cpu_s,
+        cut=outcome.cut,
+        host_idle_cores=outcome.host_idle_cores,
+        training_seed=train_seed,
+        served=read_report(seed_dir / "meter.json") if ctx.task.meter is not None else None,
+    )
     if reason:
         return SeedResult(status="invalid", reason=reason, raw=None, **base)
     res = run_worker(eval_spec(ctx, c.pristine, ckpts), seed_dir / "eval")
     if res["chosen"] is None:
         reasons = "; ".join(c.get("reason", "") for c in res["candidates"])
-        return SeedResult(status="invalid", reason=f"no valid checkpoint: {reasons}", raw=None,
-                          candidates=res["candidates"], **base)
+        return SeedResult(
+            status="invalid", reason=f"no valid checkpoint: {reasons}", raw=None, candidates=res["candidates"], **base
+        )
     m = CKPT_RE.match(res["chosen"])
-    return SeedResult(status="graded", reason=None, raw=res["test_metric"], candidates=res["candidates"],
-                      chosen=res["chosen"], validation_metric=res.get("validation_metric"),
-                      test_excess_se=res.get("test_excess_se"), steps=int(m.group(1)) if m else None,
-                      weights_sha256=res.get("weights_sha256"), **base)
+    return SeedResult(
+        status="graded",
+        reason=None,
+        raw=res["test_metric"],
+        candidates=res["candidates"],
+        chosen=res["chosen"],
+        validation_metric=res.get("validation_metric"),
+        test_excess_se=res.get("test_excess_se"),
+        steps=int(m.group(1)) if m else None,
+        weights_sha256=res.get("weights_sha256"),
+        **base,
+    )
 
 
-def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Path,
-                pristine: Path | None = None, training_seeds: dict | None = None) -> list[SeedResult]:
+def grade_seeds(
+    ctx: RunContext,
+    sub: Submission,
+    seeds: list[int],
+    workdir: Path,
+    pristine: Path | None = None,
+    training_seeds: dict | None = None,
+) -> list[SeedResult]:
     """Train and evaluate `sub` once per seed. Harness faults become `error` seeds.
 
     `pristine`: the run's own verified pristine copy, when it has one; else one is made here.
@@ -127,21 +164,29 @@ def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Pat
     # mid-copy leaves nothing that a resumed grading would take for a finished copy.
     if pristine is None:
         pristine = build_once(workdir / ".pristine", lambda d: pristine_copy(task, d))
-    mounts, env = grading_mounts(task, ctx.scale)      # a fresh instance where the task has one
+    mounts, env = grading_mounts(task, ctx.scale)  # a fresh instance where the task has one
     graded = None
-    if task.grading_artifacts:                         # its prepared models, made once (on the device at full)
+    if task.grading_artifacts:  # its prepared models, made once (on the device at full)
         with device_lock(ctx.device, ctx.threads):
             graded = graded_artifacts(task, ctx.scale, ctx.device, graded=mounts[0].host)
-    train_repo = build_once(stage_dir(ctx, f"repo {workdir} {sub.sha256} {graded}") / "repo",
-                             lambda d: build_training_copy(task, sub, d, graded))
+    train_repo = build_once(
+        stage_dir(ctx, f"repo {workdir} {sub.sha256} {graded}") / "repo",
+        lambda d: build_training_copy(task, sub, d, graded),
+    )
     # the meter's own copy where it holds a graded prepared model (the graded instance's teacher); it
     # lives beside the pristine copy, which no training sandbox mounts
-    meter_repo = (build_once(workdir / ".meter" / "repo", lambda d: build_meter_copy(task, d, graded))
-                  if meter_needs_graded(task, graded) else None)
+    meter_repo = (
+        build_once(workdir / ".meter" / "repo", lambda d: build_meter_copy(task, d, graded))
+        if meter_needs_graded(task, graded)
+        else None
+    )
     copies = Copies(ctx, train_repo, pristine, mounts, env, meter_repo)
     results = []
-    caps = (f"CPU cap {ctx.cpu_cap_s:.0f} CPU-s, liveness net {ctx.cap_s:.0f} s" if ctx.cpu_cap_s is not None
-            else f"cap {ctx.cap_s:.0f}s")
+    caps = (
+        f"CPU cap {ctx.cpu_cap_s:.0f} CPU-s, liveness net {ctx.cap_s:.0f} s"
+        if ctx.cpu_cap_s is not None
+        else f"cap {ctx.cap_s:.0f}s"
+    )
     for seed in seeds:
         say(f"grading seed {seed} ({ctx.scale}, {caps}, sandbox {ctx.backend})")
         seed_dir = workdir / f"seed_{seed}"
@@ -151,22 +196,40 @@ def grade_seeds(ctx: RunContext, sub: Submission, seeds: list[int], workdir: Pat
         # next (device_lock's priority) instead of waiting for a whole multi-seed grading
         with device_lock(ctx.device, ctx.threads):
             try:
-                train_seed = (training_seeds[seed] if training_seeds and seed in training_seeds
-                              else training_seed(ctx, f"grade {seed}", seed))
+                train_seed = (
+                    training_seeds[seed]
+                    if training_seeds and seed in training_seeds
+                    else training_seed(ctx, f"grade {seed}", seed)
+                )
                 r = train_and_evaluate(copies, seed, seed_dir, train_seed)
                 if r.cut == "cpu" and ctx.cpu_cap_s is not None:
-                    r = _retrain_after_cpu_cut(ctx, r, lambda d, s=seed, ts=train_seed: train_and_evaluate(copies, s, d, ts),
-                                               seed_dir)
-            except EnvironmentFault as e:   # the machine's fault: error, retried on rerun
-                r = SeedResult(seed=seed, status="error", reason=f"environment: {e}", raw=None,
-                               train_s=round(ctx.cap_s, 2), timed_out=True, cut="wall")
+                    r = _retrain_after_cpu_cut(
+                        ctx, r, lambda d, s=seed, ts=train_seed: train_and_evaluate(copies, s, d, ts), seed_dir
+                    )
+            except EnvironmentFault as e:  # the machine's fault: error, retried on rerun
+                r = SeedResult(
+                    seed=seed,
+                    status="error",
+                    reason=f"environment: {e}",
+                    raw=None,
+                    train_s=round(ctx.cap_s, 2),
+                    timed_out=True,
+                    cut="wall",
+                )
             except Exception as e:  # the harness's fault: recorded as error, never scored
-                seed_dir.mkdir(parents=True, exist_ok=True)   # the fault may come before the phase made it
+                seed_dir.mkdir(parents=True, exist_ok=True)  # the fault may come before the phase made it
                 # the reason stays one line; the traceback (and the worker's own output) is kept here
-                (seed_dir / "harness_error.txt").write_text(traceback.format_exc()
-                                                            + (f"\n{e.detail}\n" if isinstance(e, WorkerError) else ""))
-                r = SeedResult(seed=seed, status="error", reason=f"harness error: {type(e).__name__}: {e}",
-                               raw=None, train_s=0.0, timed_out=False)
+                (seed_dir / "harness_error.txt").write_text(
+                    traceback.format_exc() + (f"\n{e.detail}\n" if isinstance(e, WorkerError) else "")
+                )
+                r = SeedResult(
+                    seed=seed,
+                    status="error",
+                    reason=f"harness error: {type(e).__name__}: {e}",
+                    raw=None,
+                    train_s=0.0,
+                    timed_out=False,
+                )
         msg = f"  seed {seed}: {r.status}"
         msg += f", {task.metric.name} {r.raw:.4f} (chose {r.chosen})" if r.raw is not None else f" ({r.reason})"
         if r.cut == "cpu":

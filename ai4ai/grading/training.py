@@ -5,6 +5,7 @@ calibration alike: it takes the device (`device_lock`, held by the caller), buil
 sandbox in a neutral stage folder, runs the repo's entry under the CPU cap and the wall clock,
 and copies the checkpoints out within bounds. Choosing among them and scoring are grading.py's.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -51,8 +52,11 @@ def stage_dir(ctx: RunContext, label: str | None = None) -> Path:
     """A host folder for what a training sandbox mounts, of one shape for every training run
     (<run>/.harness/t/<16 hex>): /proc/self/mountinfo shows a mount's host path, and it must not
     tell a proxy call from a grading seed. Named from the nonce when `label` is given (resumable)."""
-    token = (hmac.new((ctx.nonce or "").encode(), label.encode(), hashlib.sha256).hexdigest()[:16]
-             if label else secrets.token_hex(8))
+    token = (
+        hmac.new((ctx.nonce or "").encode(), label.encode(), hashlib.sha256).hexdigest()[:16]
+        if label
+        else secrets.token_hex(8)
+    )
     return RunDir(ctx.run_dir).stage(token)
 
 
@@ -93,7 +97,7 @@ def device_lock(device: str, threads: int = 0, priority: bool = False):
                 _take(files, need, block=True)
             else:
                 with open(lock_dir / f"{name}.gate", "w") as gate:
-                    fcntl.flock(gate, fcntl.LOCK_EX)    # one ordinary waiter at a time; others queue here
+                    fcntl.flock(gate, fcntl.LOCK_EX)  # one ordinary waiter at a time; others queue here
                     while True:
                         fcntl.flock(prio, fcntl.LOCK_SH)
                         got = _take(files, need, block=False)
@@ -101,7 +105,7 @@ def device_lock(device: str, threads: int = 0, priority: bool = False):
                         if got:
                             break
                         time.sleep(0.2)
-        yield                                       # gate and priority file are released before the work
+        yield  # gate and priority file are released before the work
     finally:
         for f in files:
             f.close()
@@ -157,7 +161,7 @@ def build_training_copy(task: Task, sub: Submission, dest: Path, graded: Path | 
         (dest / v).unlink(missing_ok=True)
     if graded is not None:
         put_graded(graded, dest)
-    remove_held(task, dest)      # last: nothing the meter holds reaches the copy, a graded file neither
+    remove_held(task, dest)  # last: nothing the meter holds reaches the copy, a graded file neither
     make_read_only(dest)
     return dest
 
@@ -175,8 +179,11 @@ def build_meter_copy(task: Task, dest: Path, graded: Path) -> Path:
 def meter_needs_graded(task: Task, graded: Path | None) -> bool:
     """Whether a graded run's meter must serve from a copy holding the graded instance's prepared
     models: the task has some and its meter holds one of them (data.grading_artifacts, meter.held)."""
-    return graded is not None and task.meter is not None and any(
-        fnmatch.fnmatchcase(rel, g) for rel in read_sums(graded) for g in task.meter.held)
+    return (
+        graded is not None
+        and task.meter is not None
+        and any(fnmatch.fnmatchcase(rel, g) for rel in read_sums(graded) for g in task.meter.held)
+    )
 
 
 def put_graded(graded: Path, dest: Path) -> None:
@@ -213,14 +220,24 @@ def _entry_argv(task: Task, sb: Sandbox, seed: int, scale: str, cap_s: float, de
     argv = shlex.split(task.entry)
     if argv and argv[0] in ("python", "python3"):
         argv[0] = python_executable()
-    return argv + ["--out", sb.path(OUT), "--seed", str(seed), "--scale", scale,
-                   "--budget-s", f"{cap_s:.0f}", "--device", device]
+    return argv + [
+        "--out",
+        sb.path(OUT),
+        "--seed",
+        str(seed),
+        "--scale",
+        scale,
+        "--budget-s",
+        f"{cap_s:.0f}",
+        "--device",
+        device,
+    ]
 
 
-MAX_META_BYTES = 64 << 10        # a metadata file larger than this is not copied (the reader ignores it too)
+MAX_META_BYTES = 64 << 10  # a metadata file larger than this is not copied (the reader ignores it too)
 
 
-MAX_OUT_FILES = 1024             # entries a training run may leave in its output folder
+MAX_OUT_FILES = 1024  # entries a training run may leave in its output folder
 
 
 def checkpoint_limit(task: Task, scale: str) -> int:
@@ -231,6 +248,7 @@ def checkpoint_limit(task: Task, scale: str) -> int:
 
 def out_guard(out: Path, max_bytes: int, max_files: int = MAX_OUT_FILES):
     """A check for Sandbox.run's watch: what the run has written so far, bounded before any copy."""
+
     def check() -> str | None:
         n, size = 0, 0
         for root, dirs, files in os.walk(out):
@@ -242,10 +260,11 @@ def out_guard(out: Path, max_bytes: int, max_files: int = MAX_OUT_FILES):
                     st = os.lstat(os.path.join(root, name))
                 except OSError:
                     continue
-                size += st.st_blocks * 512     # space it takes: a sparse file costs what it holds
+                size += st.st_blocks * 512  # space it takes: a sparse file costs what it holds
                 if size > max_bytes:
                     return f"more than {max_bytes >> 20} MiB in its output folder"
         return None
+
     return check
 
 
@@ -255,17 +274,18 @@ def _refusal(fd: int, limit: int | None) -> str | None:
         return "not a regular file"
     if limit is not None and st.st_size > limit:
         return f"{st.st_size} bytes, more than the model's parameters need ({limit})"
-    try:       # a hole anywhere: the file claims more than it holds
+    try:  # a hole anywhere: the file claims more than it holds
         hole = os.lseek(fd, 0, os.SEEK_HOLE) if st.st_size else 0
     except OSError:
         hole = st.st_size
     finally:
-        os.lseek(fd, 0, os.SEEK_SET)       # SEEK_HOLE moved the offset: the copy reads from the start
+        os.lseek(fd, 0, os.SEEK_SET)  # SEEK_HOLE moved the offset: the copy reads from the start
     return "a sparse file" if hole < st.st_size else None
 
 
-def snapshot_checkpoints(out: Path, dest: Path, max_bytes: int | None = None,
-                         refused: dict | None = None) -> list[Path]:
+def snapshot_checkpoints(
+    out: Path, dest: Path, max_bytes: int | None = None, refused: dict | None = None
+) -> list[Path]:
     """Copy the last 3 checkpoints (by step in the name) out of the training folder.
 
     Only regular files are taken (no symlinks followed), so nothing the run leaves behind
@@ -290,7 +310,7 @@ def snapshot_checkpoints(out: Path, dest: Path, max_bytes: int | None = None,
     taken = []
     for _, p in sorted(found)[-MAX_CKPT_FILES:]:
         for src, limit in ((p, max_bytes), (p.with_suffix(".json"), MAX_META_BYTES)):
-            try:   # O_NONBLOCK: a FIFO planted under a checkpoint's name must not hang the harness
+            try:  # O_NONBLOCK: a FIFO planted under a checkpoint's name must not hang the harness
                 fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError:
                 continue
@@ -308,28 +328,39 @@ def snapshot_checkpoints(out: Path, dest: Path, max_bytes: int | None = None,
     return taken
 
 
-def training_sandbox(ctx: RunContext, train_repo: Path, seed_dir: Path, extra_mounts: list,
-                     extra_env: dict, served: Served | None = None) -> Sandbox:
+def training_sandbox(
+    ctx: RunContext, train_repo: Path, seed_dir: Path, extra_mounts: list, extra_env: dict, served: Served | None = None
+) -> Sandbox:
     """Read-only repo copy, a writable output folder and private HOME (under `seed_dir`); no network;
     the meter's socket when the task has one (`served`)."""
     out, home = seed_dir / "out", seed_dir / "home"
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     if served is not None:
         extra_mounts, extra_env = [*extra_mounts, *served.mounts], {**extra_env, **served.env}
-    mounts = [Mount(REPO, train_repo, False), Mount(OUT, out, True), Mount(TRAIN_HOME, home, True),
-              Mount(KERNELS, KERNELS_DIR, False), *extra_mounts]
+    mounts = [
+        Mount(REPO, train_repo, False),
+        Mount(OUT, out, True),
+        Mount(TRAIN_HOME, home, True),
+        Mount(KERNELS, KERNELS_DIR, False),
+        *extra_mounts,
+    ]
     gpu = ctx.device.startswith("cuda")
     # no address-space limit on a GPU: CUDA reserves far more virtual memory than it uses
-    sb = Sandbox(backend=ctx.backend, mounts=mounts, network=False, gpu=gpu,
-                 max_memory_bytes=None if gpu else default_memory_limit())
+    sb = Sandbox(
+        backend=ctx.backend,
+        mounts=mounts,
+        network=False,
+        gpu=gpu,
+        max_memory_bytes=None if gpu else default_memory_limit(),
+    )
     env = sb.base_env(TRAIN_HOME)
     env.update(hostspeed.thread_env(ctx.threads), **{k: sb.path(v) for k, v in extra_env.items()})
-    env.update(shrink_env())      # the harness's sizes of `full` (tests shrink them), the same in every run
+    env.update(shrink_env())  # the harness's sizes of `full` (tests shrink them), the same in every run
     if ctx.cpu_cap_s is not None:
         env["AI4AI_CPU_BUDGET_S"] = f"{ctx.cpu_cap_s:.0f}"
     if ctx.backend == "none":
         env["PYTHONPATH"] = str(train_repo)
-    if served is not None:       # the client module `ai4ai_meter`, which the repo's protected code imports
+    if served is not None:  # the client module `ai4ai_meter`, which the repo's protected code imports
         env["PYTHONPATH"] = ":".join(x for x in (env.get("PYTHONPATH"), env["AI4AI_METER_LIB"]) if x)
     sb.env = env
     return sb
@@ -362,23 +393,37 @@ def require_idle_gpu(device: str) -> None:
         return
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        raise EnvironmentFault("cannot check that the GPU is idle (nvidia-smi not found); a shared GPU makes "
-                               "the wall-clock cap meaningless, so grading at full needs nvidia-smi on PATH")
+        raise EnvironmentFault(
+            "cannot check that the GPU is idle (nvidia-smi not found); a shared GPU makes "
+            "the wall-clock cap meaningless, so grading at full needs nvidia-smi on PATH"
+        )
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     sel = ["-i", visible] if visible else []
     try:
-        apps = subprocess.run([smi, *sel, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=30, check=True).stdout
-        used = subprocess.run([smi, *sel, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=30, check=True).stdout.split()
+        apps = subprocess.run(
+            [smi, *sel, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        used = subprocess.run(
+            [smi, *sel, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.split()
     except (OSError, subprocess.SubprocessError) as e:
         raise EnvironmentFault(f"cannot check that the GPU is idle: nvidia-smi failed ({e})")
     others = gpu_users(apps, {os.getpid()})
     mib = float(used[0]) if used and used[0].replace(".", "", 1).isdigit() else None
     if others or mib is None or mib > GPU_BUSY_MIB:
-        raise EnvironmentFault(f"the GPU is in use ({', '.join(others) or 'no process listed'}; "
-                               f"{'unknown' if mib is None else f'{mib:.0f} MiB'} of its memory taken): grading "
-                               "needs it to itself; stop the other work (nvidia-smi lists it) and rerun")
+        raise EnvironmentFault(
+            f"the GPU is in use ({', '.join(others) or 'no process listed'}; "
+            f"{'unknown' if mib is None else f'{mib:.0f} MiB'} of its memory taken): grading "
+            "needs it to itself; stop the other work (nvidia-smi lists it) and rerun"
+        )
 
 
 @contextmanager
@@ -387,15 +432,32 @@ def _meter(ctx: RunContext, seed: int, seed_dir: Path, data_env: dict, repo: Pat
     start or dies is the machine's fault, not the submission's (EnvironmentFault: the seed is an
     `error`, retried)."""
     try:
-        with serving(ctx.task, ctx.scale, seed, ctx.device, seed_dir / "meter.log", seed_dir / "meter.json",
-                     data_env, ctx.threads, repo) as served:
+        with serving(
+            ctx.task,
+            ctx.scale,
+            seed,
+            ctx.device,
+            seed_dir / "meter.log",
+            seed_dir / "meter.json",
+            data_env,
+            ctx.threads,
+            repo,
+        ) as served:
             yield served
     except MeterFault as e:
         raise EnvironmentFault(f"meter: {e}") from e
 
 
-def run_training(ctx: RunContext, train_repo: Path, seed: int, seed_dir: Path, extra_mounts: list,
-                 extra_env: dict, label: str, meter_repo: Path | None = None) -> tuple:
+def run_training(
+    ctx: RunContext,
+    train_repo: Path,
+    seed: int,
+    seed_dir: Path,
+    extra_mounts: list,
+    extra_env: dict,
+    label: str,
+    meter_repo: Path | None = None,
+) -> tuple:
     """Train once under the caps; returns (outcome, snapshotted checkpoints, invalid reason or None).
     `meter_repo`: the repo copy the meter serves from (build_meter_copy), where it is not the task's.
 
@@ -419,8 +481,14 @@ def run_training(ctx: RunContext, train_repo: Path, seed: int, seed_dir: Path, e
         ckpt_bytes = checkpoint_limit(ctx.task, ctx.scale)
         # room for every checkpoint a run might keep and their metadata, plus logs and caches
         sb.watch = out_guard(stage / "out", 64 * ckpt_bytes + (256 << 20))
-        outcome = sb.run(_entry_argv(ctx.task, sb, seed, ctx.scale, ctx.cap_s, ctx.device), REPO,
-                         ctx.cap_s, seed_dir / "train.log", on_line=bar.on_line, cpu_limit_s=ctx.cpu_cap_s)
+        outcome = sb.run(
+            _entry_argv(ctx.task, sb, seed, ctx.scale, ctx.cap_s, ctx.device),
+            REPO,
+            ctx.cap_s,
+            seed_dir / "train.log",
+            on_line=bar.on_line,
+            cpu_limit_s=ctx.cpu_cap_s,
+        )
         bar.close()
     for part in ("out", "home"):
         (stage / part).rename(seed_dir / part)
@@ -433,8 +501,10 @@ def run_training(ctx: RunContext, train_repo: Path, seed: int, seed_dir: Path, e
     if outcome.limit:
         reason = f"training ended by the sandbox: {outcome.limit}"
     elif outcome.cut == "wall" and ctx.cpu_cap_s is not None:
-        used = (f"{outcome.cpu_s:.0f} of {ctx.cpu_cap_s:.0f} CPU-s in {outcome.wall_s:.0f} s, "
-                f"{outcome.run_delay_s:.0f} s waiting for a CPU")
+        used = (
+            f"{outcome.cpu_s:.0f} of {ctx.cpu_cap_s:.0f} CPU-s in {outcome.wall_s:.0f} s, "
+            f"{outcome.run_delay_s:.0f} s waiting for a CPU"
+        )
         busy = outcome.cpu_s + outcome.run_delay_s >= STARVED_SHARE * outcome.wall_s
         if outcome.lowered_priority:
             reason = f"lowered its own scheduling priority and ran past the liveness net ({used})"
@@ -446,15 +516,18 @@ def run_training(ctx: RunContext, train_repo: Path, seed: int, seed_dir: Path, e
             reason = None if ckpts else "timed out with no checkpoint"
         else:
             idle = outcome.host_idle_cores
-            raise EnvironmentFault(f"cut by the liveness net under its CPU cap ({used}; host idle "
-                                   f"{'unknown' if idle is None else f'{idle:.2f} cores'}): the machine was too loaded")
+            raise EnvironmentFault(
+                f"cut by the liveness net under its CPU cap ({used}; host idle "
+                f"{'unknown' if idle is None else f'{idle:.2f} cores'}): the machine was too loaded"
+            )
     elif not outcome.timed_out and outcome.returncode != 0:
         reason = f"training exited with code {outcome.returncode}: {_log_tail(seed_dir / 'train.log')}"
     elif not ckpts and refused:
         reason = "no checkpoint could be taken: " + "; ".join(f"{k}: {v}" for k, v in list(refused.items())[:3])
     elif not ckpts:
         reason = {"cpu": "CPU budget spent with no checkpoint", "wall": "timed out with no checkpoint"}.get(
-            outcome.cut, "training wrote no checkpoint")
+            outcome.cut, "training wrote no checkpoint"
+        )
     return outcome, ckpts, reason
 
 

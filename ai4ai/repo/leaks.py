@@ -13,6 +13,7 @@ on what actually crossed (the text of the accepted files, never a name or size t
 `ai4ai.repo.submission` applies them when it builds a submission; the proxy and the tests call
 them directly.
 """
+
 from __future__ import annotations
 
 import ast
@@ -31,9 +32,9 @@ from ai4ai.repo.meter import held_files
 from ai4ai.repo.patches import lines as _lines
 from ai4ai.repo.workspace import SKIP_DIRS
 
-MAX_STRING_LITERAL = 4_096        # characters in one str/bytes literal
-MAX_NUMBER_LITERAL = 40           # characters in one numeric literal
-MAX_CONSTANT_DISPLAY = 256        # constant elements in one list/tuple/set/dict display
+MAX_STRING_LITERAL = 4_096  # characters in one str/bytes literal
+MAX_NUMBER_LITERAL = 40  # characters in one numeric literal
+MAX_CONSTANT_DISPLAY = 256  # constant elements in one list/tuple/set/dict display
 
 # The information budget: what the added text of a whole patch may carry, however it is spelled.
 # A patch is code; a model trained beforehand is not. The budget is the compressed size of the
@@ -47,15 +48,15 @@ INFO_FLOOR_BYTES = 8_192
 INFO_FRACTION = 0.005
 # High-entropy content in literals and comments, summed over the patch, each with a small
 # allowance: a couple of hashes or keys pass, an encoded tensor does not.
-BASE64_RUN = 32                   # a run this long of [A-Za-z0-9+], with 3+ each of upper, lower, digit
-BASE64_ALLOWANCE = 128            # characters of such runs per patch
+BASE64_RUN = 32  # a run this long of [A-Za-z0-9+], with 3+ each of upper, lower, digit
+BASE64_ALLOWANCE = 128  # characters of such runs per patch
 HEX_RUN = 32
-HEX_ALLOWANCE = 256               # four sha256 digests
+HEX_ALLOWANCE = 256  # four sha256 digests
 DIGIT_RUN = 16
 DIGIT_ALLOWANCE = 64
-MAX_NUMBERS = 256                 # numeric constants added (code, comments and strings); examples: 38 at most
-LONG_LITERAL = 256                # a string literal (not a docstring) this long counts as long
-LONG_LITERAL_ALLOWANCE = 4_096    # characters of long literals per patch: one at MAX_STRING_LITERAL
+MAX_NUMBERS = 256  # numeric constants added (code, comments and strings); examples: 38 at most
+LONG_LITERAL = 256  # a string literal (not a docstring) this long counts as long
+LONG_LITERAL_ALLOWANCE = 4_096  # characters of long literals per patch: one at MAX_STRING_LITERAL
 # The meter's held sources (task config `meter.held`, e.g. agentic_rl's level generator) stay out
 # of the training copy so that a run gets what they make only as served, counted; a patch that
 # carries one back, verbatim or with its names changed, is rejected. Measured as the share of the
@@ -75,14 +76,19 @@ def check_literals(source: str) -> str | None:
             if tok.type == tokenize.NUMBER and len(tok.string) > MAX_NUMBER_LITERAL:
                 return f"numeric literal of {len(tok.string)} characters at line {tok.start[0]}"
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        return None   # unparsable code fails in training, as the submission's own fault
+        return None  # unparsable code fails in training, as the submission's own fault
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return None
     for node in ast.walk(tree):
-        elts = node.elts if isinstance(node, (ast.List, ast.Tuple, ast.Set)) else \
-            node.keys + node.values if isinstance(node, ast.Dict) else None
+        elts = (
+            node.elts
+            if isinstance(node, (ast.List, ast.Tuple, ast.Set))
+            else node.keys + node.values
+            if isinstance(node, ast.Dict)
+            else None
+        )
         if elts and sum(isinstance(e, ast.Constant) or isinstance(e, ast.UnaryOp) for e in elts) > MAX_CONSTANT_DISPLAY:
             return f"a literal display of {len(elts)} constants at line {node.lineno} (limit {MAX_CONSTANT_DISPLAY})"
     return None
@@ -104,8 +110,9 @@ _NUMBER_IN_TEXT = re.compile(r"(?<![\w.])[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE
 def _is_base64_run(run: str) -> bool:
     # Encoded bytes mix all three classes; identifiers, paths and words almost never do at
     # this length (checked against the sources of torch, transformers, numpy and scipy).
-    return (sum(c.isupper() for c in run) >= 3 and sum(c.islower() for c in run) >= 3
-            and sum(c.isdigit() for c in run) >= 3)
+    return (
+        sum(c.isupper() for c in run) >= 3 and sum(c.islower() for c in run) >= 3 and sum(c.isdigit() for c in run) >= 3
+    )
 
 
 def _is_hex_run(run: str) -> bool:
@@ -115,6 +122,7 @@ def _is_hex_run(run: str) -> bool:
 @dataclass
 class _Added:
     """What one file's added lines carry, by kind, with the first line where each kind is seen."""
+
     text: str = ""
     base64: int = 0
     hex: int = 0
@@ -132,8 +140,9 @@ class _Added:
 def _added_lines(old: str | None, new: str) -> list[int]:
     """1-based numbers of the lines of `new` that the diff adds."""
     out = []
-    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, _lines(old or ""), _lines(new),
-                                                     autojunk=False).get_opcodes():
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(
+        None, _lines(old or ""), _lines(new), autojunk=False
+    ).get_opcodes():
         if tag in ("replace", "insert"):
             out += range(j1 + 1, j2 + 1)
     return out
@@ -144,8 +153,11 @@ def _docstring_lines(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-                    and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 out.add(first.lineno)
     return out
 
@@ -197,8 +209,11 @@ def information_budget(task: Task, scale: str | None = None) -> tuple[int, str]:
         n = task.scale(s).n_params
         b = max(INFO_FLOOR_BYTES, int(INFO_FRACTION * 2 * n))
         if best is None or b < best[0]:
-            best = (b, f"scale {s}: the larger of {INFO_FLOOR_BYTES:,} bytes and {INFO_FRACTION:.0%} "
-                       f"of the {n:,}-parameter model at 2 bytes a parameter")
+            best = (
+                b,
+                f"scale {s}: the larger of {INFO_FLOOR_BYTES:,} bytes and {INFO_FRACTION:.0%} "
+                f"of the {n:,}-parameter model at 2 bytes a parameter",
+            )
     return best
 
 
@@ -207,8 +222,10 @@ def _preset(pristine: Path, task: Task) -> bytes:
     editable files last, so that code copied or adapted from the repo costs little; the meter's
     held sources are not in it (a copy of one costs its full size, and check_held rejects it)."""
     held = set(held_files(task, pristine))
-    srcs = sorted((p for p in pristine.rglob("*.py") if not any(s in p.parts for s in SKIP_DIRS) and p not in held),
-                  key=lambda p: (task.is_editable(str(p.relative_to(pristine))), str(p)))
+    srcs = sorted(
+        (p for p in pristine.rglob("*.py") if not any(s in p.parts for s in SKIP_DIRS) and p not in held),
+        key=lambda p: (task.is_editable(str(p.relative_to(pristine))), str(p)),
+    )
     return b"".join(p.read_bytes() for p in srcs)[-32_768:]
 
 
@@ -219,11 +236,15 @@ def compressed_size(data: bytes, preset: bytes = b"") -> int:
         return 0
     z = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, *([preset] if preset else []))
     deflated = len(z.compress(data) + z.flush())
-    xz = len(lzma.compress(data, format=lzma.FORMAT_RAW,
-                           # a patch is at most a few hundred KB: a 1 MiB window sees all of it, and
-                           # allocating preset 9's 64 MiB for every file would cost 0.2 s each
-                           filters=[{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME,
-                                     "dict_size": 1 << 20}]))
+    xz = len(
+        lzma.compress(
+            data,
+            format=lzma.FORMAT_RAW,
+            # a patch is at most a few hundred KB: a 1 MiB window sees all of it, and
+            # allocating preset 9's 64 MiB for every file would cost 0.2 s each
+            filters=[{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": 1 << 20}],
+        )
+    )
     return min(deflated, xz)
 
 
@@ -254,7 +275,8 @@ def check_information(task: Task, pristine: Path, texts: dict, scale: str | None
             if getattr(m, kind):
                 reasons.setdefault(rel, []).append(
                     f"{getattr(m, kind):,} {what} from line {m.first[kind]} ({total:,} in the patch, "
-                    f"allowance {allowance:,})")
+                    f"allowance {allowance:,})"
+                )
     preset = _preset(pristine, task)
     total = compressed_size("".join(m.text for m in measured.values()).encode(), preset)
     limit, how = information_budget(task, scale)
@@ -262,7 +284,8 @@ def check_information(task: Task, pristine: Path, texts: dict, scale: str | None
         for rel, m in measured.items():
             reasons.setdefault(rel, []).append(
                 f"the patch's added text compresses to {total:,} bytes, over the information budget of "
-                f"{limit:,} ({how}); this file's added text alone: {compressed_size(m.text.encode(), preset):,}")
+                f"{limit:,} ({how}); this file's added text alone: {compressed_size(m.text.encode(), preset):,}"
+            )
     for rel, reason in check_held(task, pristine, {rel: m.text for rel, m in measured.items()}).items():
         reasons.setdefault(rel, []).append(reason)
     return {rel: "; ".join(r) for rel, r in reasons.items()}
@@ -282,7 +305,7 @@ def _shingles(source: str) -> set:
         elif t[0].isdigit():
             t = "0"
         toks.append(t)
-    return {tuple(toks[i:i + HELD_SHINGLE]) for i in range(len(toks) - HELD_SHINGLE + 1)}
+    return {tuple(toks[i : i + HELD_SHINGLE]) for i in range(len(toks) - HELD_SHINGLE + 1)}
 
 
 def check_held(task: Task, pristine: Path, added: dict) -> dict:
@@ -292,7 +315,7 @@ def check_held(task: Task, pristine: Path, added: dict) -> dict:
     reasons: dict[str, list[str]] = {}
     for src in held_files(task, pristine):
         if src.suffix != ".py":
-            continue                      # data: the information budget bounds it
+            continue  # data: the information budget bounds it
         held = _shingles(src.read_text(errors="replace"))
         if not held:
             continue
@@ -306,5 +329,6 @@ def check_held(task: Task, pristine: Path, added: dict) -> dict:
             if hit:
                 reasons.setdefault(rel, []).append(
                     f"carries {cover:.0%} of {name} (names aside; at most {HELD_COVER_MAX:.0%}), a source the "
-                    f"meter holds back from training: a run gets what it makes only as the meter serves it")
+                    f"meter holds back from training: a run gets what it makes only as the meter serves it"
+                )
     return {rel: "; ".join(r) for rel, r in reasons.items()}

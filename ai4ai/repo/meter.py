@@ -7,6 +7,7 @@ sandbox sees a folder with the socket and the client module (`ai4ai_meter`) only
 the repo without the held files. When the run ends, the server writes what each served object
 counted (`meter.json` in the seed folder): the budget as the harness saw it served.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -29,9 +30,9 @@ from ai4ai.repo.preparing import shrink_env
 from ai4ai.sandbox import meter_wire
 from ai4ai.sandbox.box import Mount
 
-WIRE = Path(meter_wire.__file__)     # run as the server; copied into the sandbox as ai4ai_meter
+WIRE = Path(meter_wire.__file__)  # run as the server; copied into the sandbox as ai4ai_meter
 SOCKET = "meter.sock"
-START_TIMEOUT_S = 300.0          # the server's imports and its first objects (a teacher's weights)
+START_TIMEOUT_S = 300.0  # the server's imports and its first objects (a teacher's weights)
 
 
 class MeterFault(RuntimeError):
@@ -41,9 +42,10 @@ class MeterFault(RuntimeError):
 @dataclass(frozen=True)
 class Served:
     """What a training sandbox needs to reach the meter: one read-only mount and its variables."""
+
     mounts: list
-    env: dict            # inside paths (the caller maps them for the `none` backend)
-    report: Path         # written when the server stops
+    env: dict  # inside paths (the caller maps them for the `none` backend)
+    report: Path  # written when the server stops
 
 
 def held_files(task: Task, repo: Path) -> list[Path]:
@@ -68,8 +70,17 @@ def remove_held(task: Task, repo: Path) -> list[str]:
 
 
 @contextmanager
-def serving(task: Task, scale: str, seed: int, device: str, log: Path, report: Path,
-            data_env: dict | None = None, threads: int = 1, repo: Path | None = None) -> Iterator[Served | None]:
+def serving(
+    task: Task,
+    scale: str,
+    seed: int,
+    device: str,
+    log: Path,
+    report: Path,
+    data_env: dict | None = None,
+    threads: int = 1,
+    repo: Path | None = None,
+) -> Iterator[Served | None]:
     """Run the meter for one training run of `task` (None when the task meters nothing this way).
 
     `data_env`: host paths of the full-scale data cache ({task.data_env: folder}); the meter reads
@@ -92,31 +103,61 @@ def serving(task: Task, scale: str, seed: int, device: str, log: Path, report: P
     report.parent.mkdir(parents=True, exist_ok=True)
     report.unlink(missing_ok=True)
     pins = {"scale": scale, "seed": seed, "device": device}
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder), "LANG": "C.UTF-8",
-           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "PYTHONUNBUFFERED": "1",
-           "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           **shrink_env(), **{k: str(v) for k, v in (data_env or {}).items()}}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(folder),
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "KMP_BLOCKTIME": "0",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        **shrink_env(),
+        **{k: str(v) for k, v in (data_env or {}).items()},
+    }
     for k in ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "ATEN_CPU_CAPABILITY"):
         if k in os.environ:
             env[k] = os.environ[k]
-    argv = [python_executable(), "-s", str(WIRE), "serve", str(sock), json.dumps(task.meter.wire()),
-            json.dumps(pins), str(report)]
+    argv = [
+        python_executable(),
+        "-s",
+        str(WIRE),
+        "serve",
+        str(sock),
+        json.dumps(task.meter.wire()),
+        json.dumps(pins),
+        str(report),
+    ]
     with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, cwd=repo or task.repo, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=repo or task.repo,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
         t0 = time.monotonic()
         while not sock.exists():
             if proc.poll() is not None:
-                raise MeterFault(f"the meter server of {task.name} exited with code {proc.returncode} "
-                                 f"before it was ready: {_tail(log)}")
+                raise MeterFault(
+                    f"the meter server of {task.name} exited with code {proc.returncode} "
+                    f"before it was ready: {_tail(log)}"
+                )
             if time.monotonic() - t0 > START_TIMEOUT_S:
                 raise MeterFault(f"the meter server of {task.name} was not ready in {START_TIMEOUT_S:.0f} s")
             time.sleep(0.02)
-        yield Served(mounts=[Mount(METER_DIR, folder, False)],
-                     env={"AI4AI_METER": f"{METER_DIR}/{SOCKET}", "AI4AI_METER_LIB": f"{METER_DIR}/lib"},
-                     report=report)
+        yield Served(
+            mounts=[Mount(METER_DIR, folder, False)],
+            env={"AI4AI_METER": f"{METER_DIR}/{SOCKET}", "AI4AI_METER_LIB": f"{METER_DIR}/lib"},
+            report=report,
+        )
     finally:
         _stop(proc)
         shutil.rmtree(folder, ignore_errors=True)
@@ -124,7 +165,7 @@ def serving(task: Task, scale: str, seed: int, device: str, log: Path, report: P
 
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)       # the server writes its report, then exits
+        proc.send_signal(signal.SIGTERM)  # the server writes its report, then exits
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

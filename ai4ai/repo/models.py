@@ -35,6 +35,7 @@ where the task's prepare step reads the hidden grader's data: unlearning's facts
 the derived repo and removed once it is done) makes the base weights; see each repo's README
 ("Your own model") for what it does.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -67,17 +68,23 @@ ON_DEVICE = ("unlearning",)
 # task has no artifacts step: `python -m ai4ai.prepare ... task.model_path=PATH` and the dry run do not
 # ask for the repo's own model, which training on yours never loads.
 KEEP_REPO_ARTIFACTS = ("distillation",)
-REGISTRY = "models.yaml"          # beside anchors.yaml: which model each task version was made from
+REGISTRY = "models.yaml"  # beside anchors.yaml: which model each task version was made from
 REGISTRY_LOCK = "models.lock"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
 SPECIALS = ("<pad>", "<bos>", "<eos>")
 PREPARE_TIMEOUT_S = 6 * 3600
 # The parameters of the model the repo builds (the strict loader's and the patch filter's basis), on
 # the meta device: no memory, no init.
-COUNT = ("import torch\nwith torch.device('meta'):\n    from model import build_model\n    m = build_model('ci')\n"
-         "print(sum(p.numel() for p in m.parameters()))")
+COUNT = (
+    "import torch\nwith torch.device('meta'):\n    from model import build_model\n    m = build_model('ci')\n"
+    "print(sum(p.numel() for p in m.parameters()))"
+)
 
 
 class ModelPathError(TaskError):
@@ -91,13 +98,13 @@ class ModelPathError(TaskError):
 class ModelInfo:
     path: str
     sha256: str
-    architecture: str          # e.g. LlamaForCausalLM
-    model_type: str            # e.g. llama
-    n_params: int              # parameters as the repo builds the model (tied tensors once)
-    vocab_size: int            # rows of the input embedding
+    architecture: str  # e.g. LlamaForCausalLM
+    model_type: str  # e.g. llama
+    n_params: int  # parameters as the repo builds the model (tied tensors once)
+    vocab_size: int  # rows of the input embedding
     tokenizer_size: int
-    token_ids: list            # task token i -> model token id
-    symbols: list              # task token i: a special name, one character or a `<...>` symbol
+    token_ids: list  # task token i -> model token id
+    symbols: list  # task token i: a special name, one character or a `<...>` symbol
     n_layers: int | None
     hidden_size: int | None
 
@@ -107,6 +114,7 @@ def cache_kwarg() -> str:
     `cache` from 5.24, `past_key_values` before; later 5.x accept the older name until 5.40 drops it.
     The graders' greedy decoders pass and read the cache under it (`model(..., **{name: cache})`)."""
     from transformers.modeling_outputs import CausalLMOutputWithPast
+
     return "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
@@ -115,6 +123,7 @@ def _quiet() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from transformers.utils import logging
+
     logging.set_verbosity_error()
     logging.disable_progress_bar()
 
@@ -126,8 +135,9 @@ def repo_vocabulary(task: Task) -> tuple[list, int]:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     if getattr(mod, "SYMBOLS", None) is None:
-        raise ModelPathError(task.model_path, f"task {task.name} does not take task.model_path (its config.py "
-                                              f"has no SYMBOLS)")
+        raise ModelPathError(
+            task.model_path, f"task {task.name} does not take task.model_path (its config.py has no SYMBOLS)"
+        )
     return list(mod.SYMBOLS), int(mod.SEQ_LEN)
 
 
@@ -140,16 +150,18 @@ def free_ids(tokenizer, vocab_size: int, taken: set) -> list:
     """The ids the encoding rule gives the task's `<...>` symbols, lowest first: the tokenizer's vocabulary
     below `vocab_size`, less its special and added tokens and the ids in `taken`."""
     special = set(tokenizer.all_special_ids) | {int(i) for i in getattr(tokenizer, "added_tokens_decoder", {})}
-    return sorted(i for i in set(tokenizer.get_vocab().values())
-                  if i < vocab_size and i not in special and i not in taken)
+    return sorted(
+        i for i in set(tokenizer.get_vocab().values()) if i < vocab_size and i not in special and i not in taken
+    )
 
 
 def token_ids(tokenizer, symbols: list, vocab_size: int, where) -> list:
     """The model's id of each task token by the encoding rule (module docstring), or ModelPathError."""
     eos = tokenizer.eos_token_id
-    if eos is None and any(s in SPECIALS for s in symbols):     # a task of bare symbols (pruning) needs none
-        raise ModelPathError(where, "its tokenizer has no end-of-sequence token (eos_token), which ends every "
-                                    "answer of the task")
+    if eos is None and any(s in SPECIALS for s in symbols):  # a task of bare symbols (pruning) needs none
+        raise ModelPathError(
+            where, "its tokenizer has no end-of-sequence token (eos_token), which ends every answer of the task"
+        )
     bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else eos
     ids: dict = {}
     bad = []
@@ -164,29 +176,43 @@ def token_ids(tokenizer, symbols: list, vocab_size: int, where) -> list:
             ids[i] = int(enc[0])
     if bad:
         shown = " ".join(repr(c) for c in bad[:12]) + (f" and {len(bad) - 12} more" if len(bad) > 12 else "")
-        raise ModelPathError(where, f"its vocabulary cannot encode the task's characters {shown} (each must be a "
-                                    f"single token of its own, one that decodes back to the character)")
+        raise ModelPathError(
+            where,
+            f"its vocabulary cannot encode the task's characters {shown} (each must be a "
+            f"single token of its own, one that decodes back to the character)",
+        )
     used = set(ids.values())
     clash = sorted({s for i, s in enumerate(symbols) if i in ids and ids[i] in (bos, eos)})
     if len(used) != len(ids) or clash:
-        raise ModelPathError(where, "its tokenizer gives two task characters (or a character and <bos>/<eos>) "
-                                    f"the same token{' (' + ' '.join(map(repr, clash)) + ')' if clash else ''}")
+        raise ModelPathError(
+            where,
+            "its tokenizer gives two task characters (or a character and <bos>/<eos>) "
+            f"the same token{' (' + ' '.join(map(repr, clash)) + ')' if clash else ''}",
+        )
     taken = used | ({bos, eos} - {None})
     opaque = [i for i, s in enumerate(symbols) if is_opaque(s)]
     if opaque:
         free = free_ids(tokenizer, vocab_size, taken)
         if len(free) < len(opaque):
-            raise ModelPathError(where, f"its vocabulary is too small for the task: {len(opaque):,} of the task's "
-                                        f"{len(symbols):,} symbols are no characters and each needs a token of its own, "
-                                        f"and it has {len(free):,} free (ids below {vocab_size:,} that are no special or "
-                                        f"added token and not one of the task's characters; README, \"Your own model\")")
+            raise ModelPathError(
+                where,
+                f"its vocabulary is too small for the task: {len(opaque):,} of the task's "
+                f"{len(symbols):,} symbols are no characters and each needs a token of its own, "
+                f"and it has {len(free):,} free (ids below {vocab_size:,} that are no special or "
+                f'added token and not one of the task\'s characters; README, "Your own model")',
+            )
         ids.update(zip(opaque, free))
-        taken |= set(free[:len(opaque)])
+        taken |= set(free[: len(opaque)])
     if not any(s in SPECIALS for s in symbols):
         return [ids[i] for i in range(len(symbols))]
-    pad = next((t for t in (tokenizer.pad_token_id, tokenizer.unk_token_id)
-                if t is not None and t not in taken and t < vocab_size),
-               None)
+    pad = next(
+        (
+            t
+            for t in (tokenizer.pad_token_id, tokenizer.unk_token_id)
+            if t is not None and t not in taken and t < vocab_size
+        ),
+        None,
+    )
     if pad is None:
         pad = next(t for t in range(vocab_size) if t not in taken)
     special = {"<pad>": pad, "<bos>": bos, "<eos>": eos}
@@ -199,10 +225,13 @@ def check_model_path(task: Task) -> ModelInfo:
     build, or its vocabulary cannot encode the task's characters."""
     where = task.model_path
     if task.name not in OWN_MODEL_TASKS:
-        raise ModelPathError(where, f"task {task.name} does not take task.model_path; tasks that do: "
-                                    f"{', '.join(OWN_MODEL_TASKS)}")
-    expected = ("expected a Hugging Face model folder as save_pretrained writes it: config.json, the weights "
-                "(model.safetensors) and the tokenizer's files (tokenizer.json); nothing is ever downloaded")
+        raise ModelPathError(
+            where, f"task {task.name} does not take task.model_path; tasks that do: {', '.join(OWN_MODEL_TASKS)}"
+        )
+    expected = (
+        "expected a Hugging Face model folder as save_pretrained writes it: config.json, the weights "
+        "(model.safetensors) and the tokenizer's files (tokenizer.json); nothing is ever downloaded"
+    )
     root = Path(os.path.expanduser(str(where)))
     if not root.is_dir():
         raise ModelPathError(where, f"no such folder; {expected}")
@@ -215,12 +244,16 @@ def check_model_path(task: Task) -> ModelInfo:
     if not names & set(WEIGHT_FILES):
         raise ModelPathError(where, f"no weights ({' or '.join(WEIGHT_FILES[:3])}); {expected}")
     if not names & set(TOKENIZER_FILES):
-        raise ModelPathError(where, "no tokenizer in the folder (tokenizer.json or tokenizer_config.json with "
-                                    "its vocabulary files, as tokenizer.save_pretrained writes them): the task's "
-                                    "data is encoded with the model's own tokenizer")
+        raise ModelPathError(
+            where,
+            "no tokenizer in the folder (tokenizer.json or tokenizer_config.json with "
+            "its vocabulary files, as tokenizer.save_pretrained writes them): the task's "
+            "data is encoded with the model's own tokenizer",
+        )
     _quiet()
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
     try:
         cfg = AutoConfig.from_pretrained(root, local_files_only=True)
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, the folder is the cause
@@ -240,21 +273,34 @@ def check_model_path(task: Task) -> ModelInfo:
     positions = getattr(cfg, "max_position_embeddings", None)
     if positions is not None and int(positions) < seq_len:
         raise ModelPathError(where, f"it takes {positions} positions; the task's sequences are {seq_len} tokens")
-    return ModelInfo(path=str(root.resolve()), sha256=model_sha256(root),
-                     architecture=(getattr(cfg, "architectures", None) or [type(meta).__name__])[0],
-                     model_type=str(cfg.model_type), n_params=sum(p.numel() for p in meta.parameters()),
-                     vocab_size=vocab_size, tokenizer_size=len(tok), token_ids=ids, symbols=symbols,
-                     n_layers=getattr(cfg, "num_hidden_layers", None), hidden_size=getattr(cfg, "hidden_size", None))
+    return ModelInfo(
+        path=str(root.resolve()),
+        sha256=model_sha256(root),
+        architecture=(getattr(cfg, "architectures", None) or [type(meta).__name__])[0],
+        model_type=str(cfg.model_type),
+        n_params=sum(p.numel() for p in meta.parameters()),
+        vocab_size=vocab_size,
+        tokenizer_size=len(tok),
+        token_ids=ids,
+        symbols=symbols,
+        n_layers=getattr(cfg, "num_hidden_layers", None),
+        hidden_size=getattr(cfg, "hidden_size", None),
+    )
 
 
 def describe(info: ModelInfo) -> str:
     """The README section of a derived repo: what model this task trains."""
     shown = ", ".join(f"{s!r} -> {i}" for s, i in list(zip(info.symbols, info.token_ids))[:8])
     opaque = [(s, i) for s, i in zip(info.symbols, info.token_ids) if is_opaque(s)]
-    named = "" if not opaque else (
-        f"\n  the task's {len(opaque):,} symbols that are no characters ({opaque[0][0]} ... {opaque[-1][0]}) take the "
-        f"lowest free ids of the vocabulary in order, ids {min(i for _, i in opaque)} to {max(i for _, i in opaque)} "
-        f"(no special or added token, no task character's id; README, \"Your own model\")")
+    named = (
+        ""
+        if not opaque
+        else (
+            f"\n  the task's {len(opaque):,} symbols that are no characters ({opaque[0][0]} ... {opaque[-1][0]}) take the "
+            f"lowest free ids of the vocabulary in order, ids {min(i for _, i in opaque)} to {max(i for _, i in opaque)} "
+            f'(no special or added token, no task character\'s id; README, "Your own model")'
+        )
+    )
     return f"""
 ## This copy: your own model
 
@@ -276,7 +322,7 @@ def _derive(task: Task, info: ModelInfo) -> Path:
     if dest.is_dir():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(dest.with_name("repo.lock")):     # processes deriving it at once: one does, the rest reuse it
+    with file_lock(dest.with_name("repo.lock")):  # processes deriving it at once: one does, the rest reuse it
         return dest if dest.is_dir() else _derive_locked(task, info, dest)
 
 
@@ -291,18 +337,36 @@ def _derive_locked(task: Task, info: ModelInfo, dest: Path) -> Path:
     own = tmp / "byom"
     (own / "model").mkdir(parents=True)
     from transformers import AutoConfig, AutoTokenizer
+
     AutoConfig.from_pretrained(info.path, local_files_only=True).save_pretrained(own / "model")
     AutoTokenizer.from_pretrained(info.path, local_files_only=True).save_pretrained(own / "model")
-    (own / "vocab.json").write_text(json.dumps({"token_ids": info.token_ids, "symbols": info.symbols,
-                                                "vocab_size": info.vocab_size, "source_sha256": info.sha256},
-                                               indent=1) + "\n")
+    (own / "vocab.json").write_text(
+        json.dumps(
+            {
+                "token_ids": info.token_ids,
+                "symbols": info.symbols,
+                "vocab_size": info.vocab_size,
+                "source_sha256": info.sha256,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     threads = str(max(task.scale(s).threads for s in task.scales))
-    env.update(PYTHONPATH=str(tmp), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+    env.update(
+        PYTHONPATH=str(tmp),
+        PYTHONDONTWRITEBYTECODE="1",
+        OMP_NUM_THREADS=threads,
+        MKL_NUM_THREADS=threads,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+    )
     argv = [python_executable(), "prepare.py", "--own-model", info.path]
     if task.name in ON_DEVICE:
         import torch
+
         argv += ["--device", "cuda" if torch.cuda.is_available() else "cpu"]
     hidden = None
     if task.artifacts is not None and task.artifacts.data_function:
@@ -321,10 +385,13 @@ def _derive_locked(task: Task, info: ModelInfo, dest: Path) -> Path:
     (tmp.parent / "prepare.log").write_text(r.stdout + r.stderr)
     if r.returncode != 0:
         lines = [ln for ln in (r.stderr or r.stdout).splitlines() if ln.strip()]
-        raise RuntimeError(f"{task.name}: prepare.py --own-model failed (exit {r.returncode}): "
-                           f"{lines[-1] if lines else 'no output'}; log in {tmp.parent / 'prepare.log'}")
-    count = subprocess.run([python_executable(), "-c", COUNT], cwd=tmp, env=env, capture_output=True, text=True,
-                           timeout=PREPARE_TIMEOUT_S)
+        raise RuntimeError(
+            f"{task.name}: prepare.py --own-model failed (exit {r.returncode}): "
+            f"{lines[-1] if lines else 'no output'}; log in {tmp.parent / 'prepare.log'}"
+        )
+    count = subprocess.run(
+        [python_executable(), "-c", COUNT], cwd=tmp, env=env, capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S
+    )
     if count.returncode != 0:
         raise RuntimeError(f"{task.name}: model.build_model fails on your model: {count.stderr.strip()[-300:]}")
     info = replace(info, n_params=int(count.stdout.split()[-1]))
@@ -332,7 +399,7 @@ def _derive_locked(task: Task, info: ModelInfo, dest: Path) -> Path:
     (own / "MODEL.md").write_text(describe(info).lstrip())
     with open(tmp / "README.md", "a") as f:
         f.write(describe(info))
-    for p in own.rglob("*"):      # safetensors writes 0600: the sandbox's user must read what prepare made
+    for p in own.rglob("*"):  # safetensors writes 0600: the sandbox's user must read what prepare made
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
     tmp.rename(dest)
     return dest
@@ -344,16 +411,20 @@ def with_model(task: Task) -> Task:
     the derived repo and each scale's n_params the model's."""
     if not task.model_path:
         return task
-    if CACHE_ROOT in Path(task.repo).parents:       # already derived
+    if CACHE_ROOT in Path(task.repo).parents:  # already derived
         return task
     info = check_model_path(task)
     repo = _derive(task, info)
     info = replace(info, n_params=int((repo.parent / "n_params").read_text()))
-    derived = replace(task, repo=repo, artifacts=task.artifacts if task.name in KEEP_REPO_ARTIFACTS else None,
-                      description=f"{task.description} This copy trains your own model: {info.architecture}, "
-                                  f"{info.n_params:,} parameters, a vocabulary of {info.vocab_size:,} (README).",
-                      scales={s: replace(b, n_params=info.n_params) for s, b in task.scales.items()},
-                      base_task=replace(task, model_path=None))
+    derived = replace(
+        task,
+        repo=repo,
+        artifacts=task.artifacts if task.name in KEEP_REPO_ARTIFACTS else None,
+        description=f"{task.description} This copy trains your own model: {info.architecture}, "
+        f"{info.n_params:,} parameters, a vocabulary of {info.vocab_size:,} (README).",
+        scales={s: replace(b, n_params=info.n_params) for s, b in task.scales.items()},
+        base_task=replace(task, model_path=None),
+    )
     register(derived, info, frozen_repo=repo.parent.name.split("-")[0])
     return derived
 
@@ -369,9 +440,19 @@ def register(task: Task, info: ModelInfo, frozen_repo: str) -> None:
         old = entries(Path(task.grader))
         kept = [e for e in old if not stale_entry(e, scales, whole, tree_sha256(base.repo)[:16])]
         if not any(e.get("task_version") == version for e in kept):
-            kept.append({"task_version": version, "frozen_repo": frozen_repo, "model_sha256": info.sha256,
-                         "path": info.path, "architecture": info.architecture, "n_params": info.n_params,
-                         "vocab_size": info.vocab_size, "base_version": whole, "base_versions": scales})
+            kept.append(
+                {
+                    "task_version": version,
+                    "frozen_repo": frozen_repo,
+                    "model_sha256": info.sha256,
+                    "path": info.path,
+                    "architecture": info.architecture,
+                    "n_params": info.n_params,
+                    "vocab_size": info.vocab_size,
+                    "base_version": whole,
+                    "base_versions": scales,
+                }
+            )
         if kept != old:
             _write_entries(Path(task.grader), kept)
 
@@ -385,8 +466,10 @@ def entries(grader_dir: Path) -> list[dict]:
 def _write_entries(grader_dir: Path, rows: list[dict]) -> None:
     path = Path(grader_dir) / REGISTRY
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("# Written by ai4ai.repo.models: the models brought with task.model_path, by task version.\n"
-                   + yaml.safe_dump({"models": rows}, sort_keys=False))
+    tmp.write_text(
+        "# Written by ai4ai.repo.models: the models brought with task.model_path, by task version.\n"
+        + yaml.safe_dump({"models": rows}, sort_keys=False)
+    )
     tmp.replace(path)
 
 
@@ -413,8 +496,9 @@ def is_legacy(entry: dict) -> bool:
     return "base_version" not in entry
 
 
-def prune_registry(grader_dir: Path, current: dict, whole: str | None = None, frozen: str | None = None,
-                   dry_run: bool = False) -> list[dict]:
+def prune_registry(
+    grader_dir: Path, current: dict, whole: str | None = None, frozen: str | None = None, dry_run: bool = False
+) -> list[dict]:
     """Remove (or, dry_run, only list) the registry entries stale_entry judges stale; returns them."""
     if not (Path(grader_dir) / REGISTRY).exists():
         return []
@@ -433,8 +517,11 @@ def registered(task: Task, current: bool = True) -> dict:
     if not path.exists():
         return {}
     frozen = tree_sha256(task.repo)[:16] if current and CACHE_ROOT not in Path(task.repo).parents else None
-    return {e["task_version"]: e for e in (yaml.safe_load(path.read_text()) or {}).get("models", [])
-            if frozen is None or e.get("frozen_repo") == frozen}
+    return {
+        e["task_version"]: e
+        for e in (yaml.safe_load(path.read_text()) or {}).get("models", [])
+        if frozen is None or e.get("frozen_repo") == frozen
+    }
 
 
 def token_maps(model, device):
@@ -446,11 +533,13 @@ def token_maps(model, device):
     if table is None:
         return (lambda t: t), (lambda t: t)
     import torch
+
     fwd = torch.tensor(table, dtype=torch.int64, device=device)
-    back = torch.full((max(int(model.get_output_embeddings().weight.shape[0]), max(table) + 1),), -1,
-                      dtype=torch.int64, device=device)
-    for task_id, model_id in enumerate(table):     # a model id shared by two task tokens (<bos> = <eos>)
-        back[model_id] = task_id                    # reads as the later one: <eos>
+    back = torch.full(
+        (max(int(model.get_output_embeddings().weight.shape[0]), max(table) + 1),), -1, dtype=torch.int64, device=device
+    )
+    for task_id, model_id in enumerate(table):  # a model id shared by two task tokens (<bos> = <eos>)
+        back[model_id] = task_id  # reads as the later one: <eos>
     return (lambda t: fwd[t]), (lambda t: back[t])
 
 
@@ -459,7 +548,14 @@ def provenance_record(task: Task) -> dict | None:
     pipeline.build_result's provenance, so a reader (and an audit) knows which model it was."""
     if not task.model_path:
         return None
-    info = json.loads((Path(task.repo) / "byom" / "vocab.json").read_text()) \
-        if (Path(task.repo) / "byom" / "vocab.json").exists() else {}
-    return {"path": str(task.model_path), "sha256": info.get("source_sha256") or model_sha256(task.model_path),
-            "n_params": task.scale(next(iter(task.scales))).n_params, "vocab_size": info.get("vocab_size")}
+    info = (
+        json.loads((Path(task.repo) / "byom" / "vocab.json").read_text())
+        if (Path(task.repo) / "byom" / "vocab.json").exists()
+        else {}
+    )
+    return {
+        "path": str(task.model_path),
+        "sha256": info.get("source_sha256") or model_sha256(task.model_path),
+        "n_params": task.scale(next(iter(task.scales))).n_params,
+        "vocab_size": info.get("vocab_size"),
+    }

@@ -4,6 +4,7 @@ The one place the harness reads and applies patches. apply_patch reads a tree an
 nothing (the submission filter's from_patch, the classifier); the `patch` agent, which writes
 each file as it goes, applies the same FilePatch sections itself. Imports nothing from ai4ai.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -26,11 +27,14 @@ def lines(text: str) -> list[str]:
 
 # --------------------------------------------------------------------------- writing one
 
+
 def unified_diff(rel: str, old: str | None, new: str | None) -> str:
     """A git-style unified diff of one file (whole-file hunk with 3 lines of context)."""
     a, b = lines(old or ""), lines(new or "")
-    out = [f"--- {'a/' + rel if old is not None else '/dev/null'}\n",
-           f"+++ {'b/' + rel if new is not None else '/dev/null'}\n"]
+    out = [
+        f"--- {'a/' + rel if old is not None else '/dev/null'}\n",
+        f"+++ {'b/' + rel if new is not None else '/dev/null'}\n",
+    ]
     for group in difflib.SequenceMatcher(None, a, b, autojunk=False).get_grouped_opcodes(3):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
         out.append(f"@@ -{i1 + 1 if i2 > i1 else i1},{i2 - i1} +{j1 + 1 if j2 > j1 else j1},{j2 - j1} @@\n")
@@ -51,11 +55,13 @@ def _emit(prefix: str, line: str) -> str:
 
 # --------------------------------------------------------------------------- reading one
 
+
 class FilePatch(NamedTuple):
     """One file's section of a unified diff; paths are relative, without a/ b/."""
-    old: str | None              # None: the section creates the file
-    new: str | None              # None: it deletes the file
-    hunks: list                  # [(old_start, [(op, line)])], op one of " +-"
+
+    old: str | None  # None: the section creates the file
+    new: str | None  # None: it deletes the file
+    hunks: list  # [(old_start, [(op, line)])], op one of " +-"
 
     @property
     def path(self) -> str | None:
@@ -123,6 +129,7 @@ def _path(s: str) -> str | None:
 
 # --------------------------------------------------------------------------- applying one
 
+
 def apply_hunks(old: str, hunks: list) -> str:
     """Apply hunks strictly: every context and removed line must match where the header says."""
     src, out, pos = lines(old), [], 0
@@ -146,10 +153,11 @@ def apply_hunks(old: str, hunks: list) -> str:
 @dataclass(frozen=True)
 class FileChange:
     """What one file section does to a tree, or why it was not applied."""
+
     path: str
-    old: str | None              # the text before (None: the section creates the file, or was refused)
-    new: str | None              # the text after (None: deleted, or not applied)
-    problem: str | None = None   # why not applied: the check's reason, MISSING, or the hunk that failed
+    old: str | None  # the text before (None: the section creates the file, or was refused)
+    new: str | None  # the text after (None: deleted, or not applied)
+    problem: str | None = None  # why not applied: the check's reason, MISSING, or the hunk that failed
 
 
 def apply_patch(text: str, root: Path, check: Callable[[str], str | None] | None = None) -> Iterator[FileChange]:

@@ -18,6 +18,7 @@ A killed prepare resumes at the phase it was in; a complete one is skipped.
 AI4AI_SHRINK (hidden.SHRINK_ENV, which the graders read through hidden.shrunk) shrinks `full` to CPU
 sizes for the test suite; the cache key carries it, so a shrunk split is never taken for a full one.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,7 +40,7 @@ from ai4ai.core.task import Task
 from ai4ai.repo.workspace import copy_repo, make_writable
 from ai4ai.sandbox.box import Mount
 
-CACHE_ROOT = PROJECT_ROOT / "outputs" / ".cache"     # the harness's data cache (never mounted whole)
+CACHE_ROOT = PROJECT_ROOT / "outputs" / ".cache"  # the harness's data cache (never mounted whole)
 
 
 def shrink() -> str | None:
@@ -87,7 +88,9 @@ def write_sums(folder: Path, sums: dict[str, str]) -> None:
     (Path(folder) / "SHA256SUMS").write_text("".join(f"{d}  {n}\n" for n, d in sorted(sums.items())))
 
 
-def run_prepare_step(argv: list[str], cwd: Path, env: dict, log: Path, what: str, bar: TrainingBar | None = None) -> None:
+def run_prepare_step(
+    argv: list[str], cwd: Path, env: dict, log: Path, what: str, bar: TrainingBar | None = None
+) -> None:
     """Run a repo's prepare step, its output into `log` (and `bar`); a failure raises with the log's tail."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as f:
@@ -133,7 +136,7 @@ def verify(folder: Path, may_be_absent: tuple[str, ...] = ()) -> list[str]:
 @dataclass(frozen=True)
 class CacheState:
     path: Path
-    state: str              # complete | partial | absent | damaged
+    state: str  # complete | partial | absent | damaged
     files: tuple[str, ...]  # listed in its SHA256SUMS (complete or damaged), else expected
     problems: tuple[str, ...] = ()
 
@@ -142,8 +145,7 @@ def cache_state(task: Task, scale: str, cache_root: Path = CACHE_ROOT, check: bo
     dest = data_dir(task, scale, cache_root)
     if (dest / ".complete").exists():
         problems = verify(dest, _validation_names(task)) if check else []
-        return CacheState(dest, "damaged" if problems else "complete", tuple(sorted(read_sums(dest))),
-                          tuple(problems))
+        return CacheState(dest, "damaged" if problems else "complete", tuple(sorted(read_sums(dest))), tuple(problems))
     partial = dest.with_name(dest.name + ".partial")
     return CacheState(dest, "partial" if partial.exists() else "absent", tuple(expected_files(task, scale)))
 
@@ -218,8 +220,12 @@ def materialize_cached(task: Task, scale: str, cache_root: Path = CACHE_ROOT) ->
         return None
     grader = load_grader(task.name, task.grader)
     fn = getattr(grader, task.prepare)
-    dest = _build_cached(data_dir(task, scale, cache_root), f"{task.name} {scale} data ({task.prepare})",
-                         lambda d: fn(scale, d), _validation_names(task))
+    dest = _build_cached(
+        data_dir(task, scale, cache_root),
+        f"{task.name} {scale} data ({task.prepare})",
+        lambda d: fn(scale, d),
+        _validation_names(task),
+    )
     missing = sorted(set(expected_files(task, scale)) - set(read_sums(dest)))
     if missing:
         raise RuntimeError(f"{task.name}: data.writes lists {missing}, which {task.prepare}() did not write")
@@ -233,7 +239,7 @@ def data_mounts(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> tuple[
     dest = materialize_cached(task, scale, cache_root)
     if dest is None:
         return [], {}
-    for v in _validation_names(task):        # the validation split never reaches the grader's training
+    for v in _validation_names(task):  # the validation split never reaches the grader's training
         (dest / v).unlink(missing_ok=True)
     return [Mount(DATA, dest, False)], {task.data_env: DATA}
 
@@ -246,8 +252,11 @@ def grading_mounts(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> tup
     if not task.grading_data:
         return data_mounts(task, scale, cache_root)
     fn = getattr(load_grader(task.name, task.grader), task.grading_data)
-    dest = _build_cached(Path(cache_root) / "data" / task.name / f"{scale}-graded" / cache_key(task),
-                         f"{task.name} {scale} graded instance ({task.grading_data})", lambda d: fn(scale, d))
+    dest = _build_cached(
+        Path(cache_root) / "data" / task.name / f"{scale}-graded" / cache_key(task),
+        f"{task.name} {scale} graded instance ({task.grading_data})",
+        lambda d: fn(scale, d),
+    )
     return [Mount(DATA, dest, False)], {task.data_env: DATA}
 
 
@@ -268,17 +277,26 @@ def committed_graded(task: Task, scale: str) -> Path | None:
     if not folder.is_dir():
         return None
     listed = read_sums(folder)
-    problems = verify(folder) + [f"{rel} is not listed in its SHA256SUMS" for rel in _graded_files(task, scale)
-                                 if rel not in listed]
+    problems = verify(folder) + [
+        f"{rel} is not listed in its SHA256SUMS" for rel in _graded_files(task, scale) if rel not in listed
+    ]
     if problems:
-        raise RuntimeError(f"{task.name}: the committed graded models in {folder} are damaged ({'; '.join(problems)}); "
-                           f"restore them from git (git checkout -- {folder.relative_to(PROJECT_ROOT) if folder.is_relative_to(PROJECT_ROOT) else folder}) "
-                           f"or remake them with `python tools/commit_graded_artifacts.py {task.name} {scale}`")
+        raise RuntimeError(
+            f"{task.name}: the committed graded models in {folder} are damaged ({'; '.join(problems)}); "
+            f"restore them from git (git checkout -- {folder.relative_to(PROJECT_ROOT) if folder.is_relative_to(PROJECT_ROOT) else folder}) "
+            f"or remake them with `python tools/commit_graded_artifacts.py {task.name} {scale}`"
+        )
     return folder
 
 
-def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Path = CACHE_ROOT,
-                     graded: Path | None = None, committed: bool = True) -> Path | None:
+def graded_artifacts(
+    task: Task,
+    scale: str,
+    device: str = "cpu",
+    cache_root: Path = CACHE_ROOT,
+    graded: Path | None = None,
+    committed: bool = True,
+) -> Path | None:
     """The prepared models of the graded instance (data.grading_artifacts), or None where the task has
     none: the repo's own prepare step (data.artifacts.command), run once in a scratch copy of the
     pristine repo whose data files are replaced by the graded instance's files of the same names
@@ -293,14 +311,16 @@ def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Pa
     if not task.grading_artifacts or task.artifacts is None:
         return None
     if committed and (kept := committed_graded(task, scale)) is not None:
-        say(f"  {task.name} {scale} graded instance's prepared models: committed in {kept}, "
-            f"{len(read_sums(kept))} files verified")
+        say(
+            f"  {task.name} {scale} graded instance's prepared models: committed in {kept}, "
+            f"{len(read_sums(kept))} files verified"
+        )
         return kept
     wanted = _graded_files(task, scale)
     if graded is None:
         graded = grading_mounts(task, scale, cache_root)[0][0].host
     key = f"{cache_key(task)}-{tree_sha256(task.repo, UNVERSIONED)[:16]}"
-    if device == "cpu":        # a model trained on the CPU rounds by its kernels' instruction set (provenance.cpu_capability)
+    if device == "cpu":  # a model trained on the CPU rounds by its kernels' instruction set (provenance.cpu_capability)
         key += f"-{cpu_capability()}"
 
     def make(out: Path) -> dict:
@@ -316,14 +336,20 @@ def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Pa
                     listing[name] = digest
             write_sums(data, listing)
             env = {k: v for k, v in os.environ.items() if k != task.data_env}
-            run_prepare_step(artifact_command(task, scale, device, graded), repo, dict(env, PYTHONDONTWRITEBYTECODE="1"),
-                             Path(cache_root) / "prepare" / f"{task.name}_{scale}_graded.log",
-                             f"{task.name}: the repo's prepare step on the graded instance")
+            run_prepare_step(
+                artifact_command(task, scale, device, graded),
+                repo,
+                dict(env, PYTHONDONTWRITEBYTECODE="1"),
+                Path(cache_root) / "prepare" / f"{task.name}_{scale}_graded.log",
+                f"{task.name}: the repo's prepare step on the graded instance",
+            )
             sums = {}
             for rel in wanted:
                 if not (repo / rel).is_file():
-                    raise RuntimeError(f"{task.name}: data.grading_artifacts lists {rel}, which `{task.artifacts.command}` "
-                                       "did not write")
+                    raise RuntimeError(
+                        f"{task.name}: data.grading_artifacts lists {rel}, which `{task.artifacts.command}` "
+                        "did not write"
+                    )
                 (out / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(repo / rel, out / rel)
                 sums[rel] = sha256_file(out / rel)
@@ -332,8 +358,11 @@ def graded_artifacts(task: Task, scale: str, device: str = "cpu", cache_root: Pa
             make_writable(scratch)
             shutil.rmtree(scratch, ignore_errors=True)
 
-    return _build_cached(Path(cache_root) / "artifacts" / task.name / f"{scale}-graded" / key,
-                         f"{task.name} {scale} graded instance's prepared models", make)
+    return _build_cached(
+        Path(cache_root) / "artifacts" / task.name / f"{scale}-graded" / key,
+        f"{task.name} {scale} graded instance's prepared models",
+        make,
+    )
 
 
 def artifact_state(task: Task, scale: str) -> dict[str, str]:
@@ -344,8 +373,15 @@ def artifact_state(task: Task, scale: str) -> dict[str, str]:
     for rel in task.artifacts.writes:
         p = task.repo / rel
         listed = read_sums(p.parent).get(p.name)
-        out[rel] = ("missing" if not p.exists() else "unlisted" if listed is None
-                    else "ok" if sha256_file(p) == listed else "checksum mismatch")
+        out[rel] = (
+            "missing"
+            if not p.exists()
+            else "unlisted"
+            if listed is None
+            else "ok"
+            if sha256_file(p) == listed
+            else "checksum mismatch"
+        )
     return out
 
 
@@ -361,14 +397,16 @@ def readable(task: Task) -> None:
 
 def artifact_command(task: Task, scale: str, device: str, data: Path | None) -> list[str]:
     import shlex
+
     argv = shlex.split(task.artifacts.command.format(scale=scale, device=device, data=str(data or "")))
     if argv and argv[0] in ("python", "python3"):
         argv[0] = python_executable()
     return argv
 
 
-def prepare_artifacts(task: Task, scale: str, device: str, data: Path | None, progress: bool = True,
-                      cache_root: Path = CACHE_ROOT) -> dict[str, str]:
+def prepare_artifacts(
+    task: Task, scale: str, device: str, data: Path | None, progress: bool = True, cache_root: Path = CACHE_ROOT
+) -> dict[str, str]:
     """Phase 2: run the repo's prepare step unless every artifact it writes is there and checks out."""
     if not needs_artifacts(task, scale):
         return {}
@@ -377,26 +415,39 @@ def prepare_artifacts(task: Task, scale: str, device: str, data: Path | None, pr
         readable(task)
         say(f"  {task.name} {scale} artifacts: {', '.join(state)} present, checksums match")
         return state
-    if task.artifacts.data_function:     # what the command reads, written by the grader (never committed)
+    if task.artifacts.data_function:  # what the command reads, written by the grader (never committed)
         fn = getattr(load_grader(task.name, task.grader), task.artifacts.data_function)
-        data = _build_cached(Path(cache_root) / "data" / task.name / task.artifacts.data_function / cache_key(task),
-                             f"{task.name} {task.artifacts.data_function}", fn)
+        data = _build_cached(
+            Path(cache_root) / "data" / task.name / task.artifacts.data_function / cache_key(task),
+            f"{task.name} {task.artifacts.data_function}",
+            fn,
+        )
     argv = artifact_command(task, scale, device, data)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     if data is not None and task.data_env:
         env[task.data_env] = str(data)
-    say(f"  {task.name} {scale} artifacts: {', '.join(f'{k} ({v})' for k, v in state.items())}; "
-        f"running `{' '.join(argv[1:])}` in {task.repo}")
+    say(
+        f"  {task.name} {scale} artifacts: {', '.join(f'{k} ({v})' for k, v in state.items())}; "
+        f"running `{' '.join(argv[1:])}` in {task.repo}"
+    )
     t0 = time.monotonic()
-    run_prepare_step(argv, task.repo, env, cache_root / "prepare" / f"{task.name}_{scale}.log",
-                     f"{task.name}: the repo's prepare step", TrainingBar(f"  {task.name} prepare", progress))
+    run_prepare_step(
+        argv,
+        task.repo,
+        env,
+        cache_root / "prepare" / f"{task.name}_{scale}.log",
+        f"{task.name}: the repo's prepare step",
+        TrainingBar(f"  {task.name} prepare", progress),
+    )
     readable(task)
     state = artifact_state(task, scale)
     bad = {k: v for k, v in state.items() if v != "ok"}
     if bad:
         raise RuntimeError(f"{task.name}: after the prepare step, {bad}")
-    say(f"  {task.name} {scale} artifacts: {', '.join(state)} written and checked in {time.monotonic() - t0:.0f} s "
-        f"(inside {task.repo.relative_to(PROJECT_ROOT)}: part of the benchmark version, so calibrate after)")
+    say(
+        f"  {task.name} {scale} artifacts: {', '.join(state)} written and checked in {time.monotonic() - t0:.0f} s "
+        f"(inside {task.repo.relative_to(PROJECT_ROOT)}: part of the benchmark version, so calibrate after)"
+    )
     return state
 
 
@@ -407,8 +458,15 @@ def prepare(task: Task, scale: str, device: str, progress: bool = True, cache_ro
     # at full, the graded instance's prepared models too (on the device), so the first grading does
     # not wait for them; at ci and smoke the first grading makes them (about 90 s on one CPU thread)
     graded = scale == "full" and bool(task.grading_artifacts) and task.artifacts is not None
-    todo = [p for p, need in (("data", needs_data(task, scale)), ("artifacts", needs_artifacts(task, scale)),
-                              ("graded instance", graded)) if need]
+    todo = [
+        p
+        for p, need in (
+            ("data", needs_data(task, scale)),
+            ("artifacts", needs_artifacts(task, scale)),
+            ("graded instance", graded),
+        )
+        if need
+    ]
     if not todo:
         say(f"{task.name} at {scale}: nothing to prepare (its data and prepared models are committed)")
         return {"data": None, "artifacts": {}, "graded": None}

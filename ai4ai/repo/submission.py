@@ -5,6 +5,7 @@ git where an agent could write). Each changed file passes the filter or is rejec
 reason; rejected files are listed and never applied. What a file may carry besides code (literal
 caps, the information budget, the held sources) is the leak policy of `ai4ai.repo.leaks`.
 """
+
 from __future__ import annotations
 
 import errno
@@ -22,15 +23,15 @@ from ai4ai.repo.workspace import SKIP_DIRS
 
 MAX_PATCH_BYTES = 100_000
 MAX_LISTED = 100
-HARNESS_FILES = {"INSTRUCTIONS.md"}     # written into the workspace by the harness itself
+HARNESS_FILES = {"INSTRUCTIONS.md"}  # written into the workspace by the harness itself
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
 
 @dataclass(frozen=True)
 class Submission:
-    files: dict                    # rel path -> new text, or None for a deleted file
-    rejected: dict                 # rel path -> reason
-    patch: str                     # unified diff of the accepted files only
+    files: dict  # rel path -> new text, or None for a deleted file
+    rejected: dict  # rel path -> reason
+    patch: str  # unified diff of the accepted files only
     lines_added: int
     lines_removed: int
     sha256: str = field(init=False)
@@ -39,12 +40,18 @@ class Submission:
         object.__setattr__(self, "sha256", hashlib.sha256(self.patch.encode()).hexdigest())
 
     def summary(self) -> dict:
-        return {"patch": "submission.patch", "sha256": self.sha256, "files": sorted(self.files),
-                "rejected_files": [{"path": p, "reason": r} for p, r in sorted(self.rejected.items())],
-                "lines_added": self.lines_added, "lines_removed": self.lines_removed}
+        return {
+            "patch": "submission.patch",
+            "sha256": self.sha256,
+            "files": sorted(self.files),
+            "rejected_files": [{"path": p, "reason": r} for p, r in sorted(self.rejected.items())],
+            "lines_added": self.lines_added,
+            "lines_removed": self.lines_removed,
+        }
 
 
 # --------------------------------------------------------------------------- the filter
+
 
 def check_path(task: Task, rel: str) -> str | None:
     if not rel or rel.startswith("/") or os.path.isabs(rel):
@@ -73,6 +80,7 @@ def check_content(rel: str, data: bytes) -> str | None:
 
 
 # --------------------------------------------------------------------------- building one
+
 
 def _finish(task: Task, pristine: Path, changes: dict, rejected: dict, scale: str | None = None) -> Submission:
     kept = {}
@@ -129,7 +137,7 @@ def _read_regular(name: str, dir_fd: int, limit: int, pristine: Path) -> tuple[s
     except OSError as e:
         return ("symlink" if e.errno == errno.ELOOP else "not a regular file"), None, 0
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):      # a folder or FIFO (perhaps swapped in after the listing)
+    if not stat.S_ISREG(st.st_mode):  # a folder or FIFO (perhaps swapped in after the listing)
         os.close(fd)
         return "not a regular file", None, 0
     with os.fdopen(fd, "rb") as f:
@@ -201,7 +209,9 @@ def from_patch(task: Task, pristine: Path, patch_text: str, scale: str | None = 
         else:
             changes[change.path] = change.new.encode() if change.new is not None else None
     if len(patch_text.encode()) > MAX_PATCH_BYTES:
-        rejected.update({rel: f"patch file is {len(patch_text.encode())} bytes (limit {MAX_PATCH_BYTES})" for rel in changes})
+        rejected.update(
+            {rel: f"patch file is {len(patch_text.encode())} bytes (limit {MAX_PATCH_BYTES})" for rel in changes}
+        )
         changes = {}
     return _finish(task, pristine, changes, rejected, scale)
 

@@ -1,4 +1,5 @@
 """Copies of a frozen repo: the agent's workspace, the harness's pristine copy, the training copy."""
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 from ai4ai.core.provenance import tree_sha256
 from ai4ai.core.task import Task
 
-SKIP_DIRS = {".git", "__pycache__", ".ipynb_checkpoints"}     # what a walk over a repo copy skips
+SKIP_DIRS = {".git", "__pycache__", ".ipynb_checkpoints"}  # what a walk over a repo copy skips
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
 
 
@@ -72,13 +73,26 @@ def agent_workspace(task: Task, dest: Path) -> Path:
     """
     copy_repo(task, dest)
     with tempfile.TemporaryDirectory() as home:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "GIT_CONFIG_NOSYSTEM": "1",
-               "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "ai4ai", "GIT_AUTHOR_EMAIL": "ai4ai@localhost",
-               "GIT_COMMITTER_NAME": "ai4ai", "GIT_COMMITTER_EMAIL": "ai4ai@localhost"}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": home,
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_AUTHOR_NAME": "ai4ai",
+            "GIT_AUTHOR_EMAIL": "ai4ai@localhost",
+            "GIT_COMMITTER_NAME": "ai4ai",
+            "GIT_COMMITTER_EMAIL": "ai4ai@localhost",
+        }
         try:
             for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "pristine frozen repo"]):
-                subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=dest, env=env,
-                               check=True, capture_output=True, timeout=60)
+                subprocess.run(
+                    ["git", "-c", "core.hooksPath=/dev/null", *args],
+                    cwd=dest,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    timeout=60,
+                )
         except (OSError, subprocess.SubprocessError):
-            shutil.rmtree(dest / ".git", ignore_errors=True)   # the agent loses a convenience, nothing else
+            shutil.rmtree(dest / ".git", ignore_errors=True)  # the agent loses a convenience, nothing else
     return dest

@@ -8,6 +8,7 @@ of the project (the kernels package) is bound read-only on its own.
 Inside bwrap, folders appear at neutral paths (/workspace, /repo, /out, ...); `Sandbox.host`
 maps such a path back to the host for the `none` backend, where no remapping is possible.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,11 +50,13 @@ WATCH_S = 1.0
 
 # Applies RLIMIT_AS to itself, then execs the phase (bwrap or the command): every process of the
 # phase inherits it. A trampoline rather than preexec_fn, which is unsafe in a threaded harness.
-_LIMITER = ("import os, resource, sys\n"
-            "m = int(sys.argv[1])\n"
-            "if m > 0:\n"
-            "    resource.setrlimit(resource.RLIMIT_AS, (m, m))\n"
-            "os.execvp(sys.argv[2], sys.argv[2:])\n")
+_LIMITER = (
+    "import os, resource, sys\n"
+    "m = int(sys.argv[1])\n"
+    "if m > 0:\n"
+    "    resource.setrlimit(resource.RLIMIT_AS, (m, m))\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 # Under bwrap as root, the command is started through this trampoline: bwrap (privileged, no user
@@ -62,14 +65,16 @@ _LIMITER = ("import os, resource, sys\n"
 # bwrap sets no_new_privs, so no setuid binary or file capability can raise them again. The
 # alternative, a user namespace mapped `0 0 1`, leaves the phase as host uid 0: it could open
 # /proc/sys/kernel/core_pattern for writing, and the kernel runs the program named there as root.
-_DROP = ("import os, sys\n"
-         "u, g = int(sys.argv[1]), int(sys.argv[2])\n"
-         "os.setgroups([])\n"
-         "os.setresgid(g, g, g)\n"
-         "os.setresuid(u, u, u)\n"
-         "if 0 in os.getresuid() or 0 in os.getresgid():\n"
-         "    sys.exit('ai4ai sandbox: could not drop root')\n"
-         "os.execvp(sys.argv[3], sys.argv[3:])\n")
+_DROP = (
+    "import os, sys\n"
+    "u, g = int(sys.argv[1]), int(sys.argv[2])\n"
+    "os.setgroups([])\n"
+    "os.setresgid(g, g, g)\n"
+    "os.setresuid(u, u, u)\n"
+    "if 0 in os.getresuid() or 0 in os.getresgid():\n"
+    "    sys.exit('ai4ai sandbox: could not drop root')\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
 
 # Writable kernel interfaces under a fresh /proc, bound read-only over it (each if present).
 PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
@@ -129,14 +134,14 @@ class Mount:
 @dataclass(frozen=True)
 class Outcome:
     returncode: int | None
-    timed_out: bool                    # ended by the harness: wall clock, CPU cap or a stop request
+    timed_out: bool  # ended by the harness: wall clock, CPU cap or a stop request
     wall_s: float
-    limit: str | None = None           # set when the phase was ended for breaking a sandbox limit
-    cut: str | None = None             # wall | cpu | stop: what ended it, when the harness did
-    cpu_s: float = 0.0                 # user + system CPU time of the whole tree
-    host_idle_cores: float | None = None   # the host's idle CPUs, averaged over the phase
-    run_delay_s: float = 0.0           # time its threads waited, runnable, for a CPU (load evidence)
-    lowered_priority: bool = False     # it niced itself or chose SCHED_BATCH/SCHED_IDLE
+    limit: str | None = None  # set when the phase was ended for breaking a sandbox limit
+    cut: str | None = None  # wall | cpu | stop: what ended it, when the harness did
+    cpu_s: float = 0.0  # user + system CPU time of the whole tree
+    host_idle_cores: float | None = None  # the host's idle CPUs, averaged over the phase
+    run_delay_s: float = 0.0  # time its threads waited, runnable, for a CPU (load evidence)
+    lowered_priority: bool = False  # it niced itself or chose SCHED_BATCH/SCHED_IDLE
 
 
 def bwrap_available() -> bool:
@@ -144,8 +149,7 @@ def bwrap_available() -> bool:
     if not exe:
         return False
     try:
-        r = subprocess.run([exe, "--unshare-all", "--ro-bind", "/", "/", "true"],
-                           capture_output=True, timeout=20)
+        r = subprocess.run([exe, "--unshare-all", "--ro-bind", "/", "/", "true"], capture_output=True, timeout=20)
         return r.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -155,8 +159,10 @@ def resolve_backend(name: str) -> str:
     if name == "auto":
         return "bwrap" if bwrap_available() else "none"
     if name == "bwrap" and not bwrap_available():
-        raise SandboxError("sandbox=bwrap but bubblewrap is missing or cannot create namespaces here; "
-                           "install it (apt-get install bubblewrap) or pass sandbox=none (results are marked)")
+        raise SandboxError(
+            "sandbox=bwrap but bubblewrap is missing or cannot create namespaces here; "
+            "install it (apt-get install bubblewrap) or pass sandbox=none (results are marked)"
+        )
     if name not in ("bwrap", "none"):
         raise SandboxError(f"unknown sandbox backend {name!r}; use auto, bwrap or none")
     return name
@@ -206,7 +212,7 @@ def inside_path(host: str) -> str:
     """Where a host path of the interpreter's appears inside bwrap (itself, unless the venv moved)."""
     venv = _moved_venv()
     if venv and (host == venv or host.startswith(venv + "/")):
-        return VENV_INSIDE + host[len(venv):]
+        return VENV_INSIDE + host[len(venv) :]
     return host
 
 
@@ -224,23 +230,23 @@ def _inside_search_path(value: str) -> str:
 
 @dataclass
 class Sandbox:
-    backend: str                       # bwrap | none
+    backend: str  # bwrap | none
     mounts: list[Mount]
     network: bool = False
     env: dict[str, str] = field(default_factory=dict)
     gpu: bool = False
-    max_memory_bytes: int | None = None    # RLIMIT_AS of every process of the phase; None: no limit
-    max_procs: int | None = MAX_PROCS      # the phase is ended when its tree holds more processes
-    extend_s: Callable[[], float] | None = None   # seconds added to the wall-clock limit while it runs
-    hide_package_data: bool = True     # empty the data folders that installed packages ship
-    watch: Callable[[], str | None] | None = None   # polled each second: a message ends the phase (a limit)
-    max_log_bytes: int = MAX_LOG_BYTES     # the log is truncated past this, with a marker
+    max_memory_bytes: int | None = None  # RLIMIT_AS of every process of the phase; None: no limit
+    max_procs: int | None = MAX_PROCS  # the phase is ended when its tree holds more processes
+    extend_s: Callable[[], float] | None = None  # seconds added to the wall-clock limit while it runs
+    hide_package_data: bool = True  # empty the data folders that installed packages ship
+    watch: Callable[[], str | None] | None = None  # polled each second: a message ends the phase (a limit)
+    max_log_bytes: int = MAX_LOG_BYTES  # the log is truncated past this, with a marker
 
     def host(self, inside: str) -> Path:
         """The host path behind an inside path (for the `none` backend and for the harness)."""
         for m in sorted(self.mounts, key=lambda m: -len(m.inside)):
             if inside == m.inside or inside.startswith(m.inside.rstrip("/") + "/"):
-                return m.host / inside[len(m.inside):].lstrip("/")
+                return m.host / inside[len(m.inside) :].lstrip("/")
         raise SandboxError(f"{inside} is not inside any mount")
 
     def path(self, inside: str) -> str:
@@ -252,15 +258,23 @@ class Sandbox:
         env = {
             # the harness's interpreter first, so `python` in a phase has the same packages
             "PATH": (_inside_search_path if self.backend == "bwrap" else str)(
-                os.path.dirname(sys.executable) + ":" + os.environ.get("PATH", "/usr/bin:/bin")),
-            "HOME": home, "TMPDIR": self.path(home_inside + "/tmp") if self.backend == "none" else "/tmp",
-            "XDG_CACHE_HOME": f"{home}/.cache", "TRITON_CACHE_DIR": f"{home}/.cache/triton",
-            "TORCHINDUCTOR_CACHE_DIR": f"{home}/.cache/inductor", "HF_HOME": f"{home}/.cache/hf",
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONNOUSERSITE": "1", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1",
+                os.path.dirname(sys.executable) + ":" + os.environ.get("PATH", "/usr/bin:/bin")
+            ),
+            "HOME": home,
+            "TMPDIR": self.path(home_inside + "/tmp") if self.backend == "none" else "/tmp",
+            "XDG_CACHE_HOME": f"{home}/.cache",
+            "TRITON_CACHE_DIR": f"{home}/.cache/triton",
+            "TORCHINDUCTOR_CACHE_DIR": f"{home}/.cache/inductor",
+            "HF_HOME": f"{home}/.cache/hf",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
         }
         if self.backend == "bwrap" and any(m.inside == KERNELS for m in self.mounts):
-            env["PYTHONPATH"] = KERNELS_PARENT     # the `none` backend finds the installed package
+            env["PYTHONPATH"] = KERNELS_PARENT  # the `none` backend finds the installed package
         return env
 
     def argv(self, command: list[str], cwd_inside: str) -> list[str]:
@@ -271,13 +285,20 @@ class Sandbox:
         # --cap-drop ALL: when the harness runs as root, bwrap otherwise leaves the command every
         # capability in its namespace, enough to remount the read-only binds read-write.
         user = sandbox_user()
-        if user is None:       # unprivileged: bwrap maps the caller's own uid in a user namespace
+        if user is None:  # unprivileged: bwrap maps the caller's own uid in a user namespace
             a = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
             if self.network:
                 a.append("--share-net")
-        else:                  # root: no user namespace (it would keep host uid 0); see _DROP
-            a = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
-                 "--die-with-parent", "--new-session"]
+        else:  # root: no user namespace (it would keep host uid 0); see _DROP
+            a = [
+                "bwrap",
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+                "--die-with-parent",
+                "--new-session",
+            ]
             if not self.network:
                 a.append("--unshare-net")
         # --cap-drop ALL: as root, bwrap otherwise leaves the command every capability, enough to
@@ -309,13 +330,13 @@ class Sandbox:
                 # the private /tmp is empty: a folder on the way under it (a venv in a checkout
                 # under /tmp) is made here too, or bwrap would make it 0700 and the user stops there
                 if parent in made or parent in bound or any(parent.startswith(b + "/") for b in bound - {"/tmp"}):
-                    continue        # exists already, or comes with a bind
+                    continue  # exists already, or comes with a bind
                 a += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
         for i, (host, inside, writable) in enumerate(binds):
             a += ["--bind" if writable else "--ro-bind", host, inside]
             if i == len(_python_dirs()) - 1:
-                a += hide           # over the interpreter's folders, before the phase's own mounts
+                a += hide  # over the interpreter's folders, before the phase's own mounts
         if self.gpu:
             for dev in sorted(Path("/dev").glob("nvidia*")):
                 a += ["--dev-bind", str(dev), str(dev)]
@@ -324,9 +345,17 @@ class Sandbox:
             a += [inside_path(sys.executable), "-I", "-S", "-c", _DROP, str(user[0]), str(user[1])]
         return a + [inside_path(command[0]), *command[1:]] if command else a
 
-    def run(self, command: list[str], cwd_inside: str, timeout_s: float, log_path: Path,
-            on_line: Callable[[str], None] | None = None, grace_s: float = GRACE_S,
-            stop: threading.Event | None = None, cpu_limit_s: float | None = None) -> Outcome:
+    def run(
+        self,
+        command: list[str],
+        cwd_inside: str,
+        timeout_s: float,
+        log_path: Path,
+        on_line: Callable[[str], None] | None = None,
+        grace_s: float = GRACE_S,
+        stop: threading.Event | None = None,
+        cpu_limit_s: float | None = None,
+    ) -> Outcome:
         """Run `command` until it exits, `timeout_s` passes, its tree has used `cpu_limit_s` CPU
         seconds or `stop` is set; then SIGTERM, SIGKILL after grace.
 
@@ -354,9 +383,15 @@ class Sandbox:
             argv = [sys.executable, "-I", "-S", "-c", _LIMITER, str(int(self.max_memory_bytes)), *argv]
         limit, cut, rusage = None, None, None
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(argv, cwd=cwd, env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             reader = threading.Thread(target=pump, args=(proc.stdout, log, on_line, self.max_log_bytes), daemon=True)
             reader.start()
             meter = TreeCpu(proc.pid)
@@ -415,27 +450,55 @@ class Sandbox:
             while not reap() and time.monotonic() < deadline:
                 time.sleep(0.05)
             reader.join(timeout=5)
-        return Outcome(returncode=None if cut else proc.returncode, timed_out=cut is not None,
-                       wall_s=wall, limit=limit, cut=cut,
-                       cpu_s=round(meter.exact(rusage), 3), host_idle_cores=idle_cores_since(host0),
-                       run_delay_s=round(meter.run_delay, 3), lowered_priority=meter.lowered)
+        return Outcome(
+            returncode=None if cut else proc.returncode,
+            timed_out=cut is not None,
+            wall_s=wall,
+            limit=limit,
+            cut=cut,
+            cpu_s=round(meter.exact(rusage), 3),
+            host_idle_cores=idle_cores_since(host0),
+            run_delay_s=round(meter.run_delay, 3),
+            lowered_priority=meter.lowered,
+        )
 
 
-def agent_sandbox(backend: str, workspace: Path, home: Path, bin_dir: Path, sock_dir: Path, *, network: bool,
-                  threads: int, scale: str, window_s: float, deadline: float) -> Sandbox:
+def agent_sandbox(
+    backend: str,
+    workspace: Path,
+    home: Path,
+    bin_dir: Path,
+    sock_dir: Path,
+    *,
+    network: bool,
+    threads: int,
+    scale: str,
+    window_s: float,
+    deadline: float,
+) -> Sandbox:
     """The agent phase's sandbox: the workspace and a private home writable, the proxy client and its
     socket, the kernels package; nothing else of the project. The one definition `pipeline.run` and
     the red-team suite both use."""
     (home / "tmp").mkdir(parents=True, exist_ok=True)
-    sb = Sandbox(backend=backend, network=network,
-                 mounts=[Mount(WORKSPACE, workspace, True), Mount(AGENT_HOME, home, True),
-                         Mount(KERNELS, KERNELS_DIR, False),
-                         Mount(HARNESS_BIN, bin_dir, False), Mount(SOCKET_DIR, sock_dir, True)])
+    sb = Sandbox(
+        backend=backend,
+        network=network,
+        mounts=[
+            Mount(WORKSPACE, workspace, True),
+            Mount(AGENT_HOME, home, True),
+            Mount(KERNELS, KERNELS_DIR, False),
+            Mount(HARNESS_BIN, bin_dir, False),
+            Mount(SOCKET_DIR, sock_dir, True),
+        ],
+    )
     env = sb.base_env(AGENT_HOME)
-    env.update(OMP_NUM_THREADS=str(threads), AI4AI_SCALE=scale, AI4AI_WINDOW_S=str(int(window_s)),
-               AI4AI_DEADLINE=str(int(deadline)), AI4AI_PROXY_SOCKET=sb.path(SOCKET_DIR) + "/proxy.sock",
-               PATH=sb.path(HARNESS_BIN) + ":" + env["PATH"])
+    env.update(
+        OMP_NUM_THREADS=str(threads),
+        AI4AI_SCALE=scale,
+        AI4AI_WINDOW_S=str(int(window_s)),
+        AI4AI_DEADLINE=str(int(deadline)),
+        AI4AI_PROXY_SOCKET=sb.path(SOCKET_DIR) + "/proxy.sock",
+        PATH=sb.path(HARNESS_BIN) + ":" + env["PATH"],
+    )
     sb.env = env
     return sb
-
-

@@ -5,6 +5,7 @@ its exit code. Standard library only.
 
     ai4ai-launch [--forward PORT:SOCKET] -- COMMAND...
 """
+
 import socket
 import subprocess
 import sys
@@ -53,10 +54,10 @@ def main(argv):
     if "--" not in argv:
         print(__doc__, file=sys.stderr)
         return 2
-    opts, cmd = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    opts, cmd = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     if len(opts) == 2 and opts[0] == "--forward":
         port, path = opts[1].split(":", 1)
-        srv = _listen(int(port))          # listening before the command starts
+        srv = _listen(int(port))  # listening before the command starts
         threading.Thread(target=_relay, args=(srv, path), daemon=True).start()
     return subprocess.call(cmd)
 

@@ -22,6 +22,7 @@ tuple, {"$d": {...}} a dict, {"$v": "module.Class", "f": {...}} a dataclass valu
 allows, {"$r": id} an object that stays on the server. Nothing is unpickled, evaluated or
 imported by name from a request: the server resolves classes only from its own spec.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,13 +35,13 @@ import struct
 import sys
 import threading
 
-MAX_FRAME = 64 << 20           # bytes of one frame, either way (a batch of teacher logits is a few MB)
-MAX_CONNECTIONS = 8             # open at once (a training process and its forked workers)
-MAX_DEPTH = 16                  # nesting of a decoded value
-MAX_ITEMS = 1 << 16             # list items, dict keys or arrays in one frame
-MAX_OBJECTS = 256               # objects (e.g. a batch of episodes) kept per class; the oldest go first
+MAX_FRAME = 64 << 20  # bytes of one frame, either way (a batch of teacher logits is a few MB)
+MAX_CONNECTIONS = 8  # open at once (a training process and its forked workers)
+MAX_DEPTH = 16  # nesting of a decoded value
+MAX_ITEMS = 1 << 16  # list items, dict keys or arrays in one frame
+MAX_OBJECTS = 256  # objects (e.g. a batch of episodes) kept per class; the oldest go first
 DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
-ENV = "AI4AI_METER"            # the socket's path inside the training sandbox
+ENV = "AI4AI_METER"  # the socket's path inside the training sandbox
 
 
 class MeterError(RuntimeError):
@@ -48,6 +49,7 @@ class MeterError(RuntimeError):
 
 
 # ------------------------------------------------------------------------------------ frames
+
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
@@ -81,7 +83,7 @@ def recv_frame(sock: socket.socket) -> tuple[dict, list]:
     for n in header.get("buffers", []):
         if not isinstance(n, int) or n < 0 or at + n > len(body):
             raise MeterError("a meter frame's buffers do not add up")
-        buffers.append(body[at:at + n])
+        buffers.append(body[at : at + n])
         at += n
     if at != len(body) or len(buffers) > MAX_ITEMS:
         raise MeterError("a meter frame's buffers do not add up")
@@ -89,6 +91,7 @@ def recv_frame(sock: socket.socket) -> tuple[dict, list]:
 
 
 # ------------------------------------------------------------------------------------ values
+
 
 class _Codec:
     """Encodes and decodes values; `values` maps "module.Class" to the dataclasses allowed as values,
@@ -121,8 +124,12 @@ class _Codec:
             return {"$d": {k: self.encode(v, buffers, depth + 1) for k, v in value.items()}}
         name = f"{type(value).__module__}.{type(value).__qualname__}"
         if name in self.values and dataclasses.is_dataclass(value):
-            return {"$v": name, "f": {f.name: self.encode(getattr(value, f.name), buffers, depth + 1)
-                                      for f in dataclasses.fields(value)}}
+            return {
+                "$v": name,
+                "f": {
+                    f.name: self.encode(getattr(value, f.name), buffers, depth + 1) for f in dataclasses.fields(value)
+                },
+            }
         if isinstance(value, Remote):
             return {"$r": object.__getattribute__(value, "_ref")}
         if self.ref_of is not None:
@@ -173,10 +180,16 @@ class _Codec:
     @staticmethod
     def _decode_array(value: dict, buffers: list):
         import numpy as np
+
         i, dtype, shape = value.get("$a"), value.get("dtype"), value.get("shape")
-        if (not isinstance(i, int) or not 0 <= i < len(buffers) or dtype not in DTYPES
-                or not isinstance(shape, list) or len(shape) > 8
-                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+        if (
+            not isinstance(i, int)
+            or not 0 <= i < len(buffers)
+            or dtype not in DTYPES
+            or not isinstance(shape, list)
+            or len(shape) > 8
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+        ):
             raise MeterError("a malformed array in a meter frame")
         raw = buffers[i]
         n = 1
@@ -187,14 +200,17 @@ class _Codec:
         arr = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
         if value.get("torch"):
             import torch
+
             return torch.from_numpy(arr)
         return arr
 
 
 # ------------------------------------------------------------------------------------ client
 
+
 class _Connection:
     """One socket per process (a forked child opens its own)."""
+
     _lock = threading.Lock()
     _conn: _Connection | None = None
 
@@ -204,8 +220,10 @@ class _Connection:
         try:
             self.sock.connect(path)
         except OSError as e:
-            raise MeterError(f"cannot reach the meter at {path} ({e}): a graded run's budgeted data is "
-                             "served from outside the training process; run training through the harness") from e
+            raise MeterError(
+                f"cannot reach the meter at {path} ({e}): a graded run's budgeted data is "
+                "served from outside the training process; run training through the harness"
+            ) from e
         self.io = threading.Lock()
         header, buffers = self.request({"op": "hello"})
         self.spec = header["spec"]
@@ -231,8 +249,10 @@ class _Connection:
 
     def call(self, header: dict, args: tuple = (), kwargs: dict | None = None):
         buffers: list = []
-        enc = {"args": [self.codec.encode(a, buffers) for a in args],
-               "kwargs": {k: self.codec.encode(v, buffers) for k, v in (kwargs or {}).items()}}
+        enc = {
+            "args": [self.codec.encode(a, buffers) for a in args],
+            "kwargs": {k: self.codec.encode(v, buffers) for k, v in (kwargs or {}).items()},
+        }
         reply, out = self.request({**header, **enc}, buffers)
         return self._value(reply.get("value"), out)
 
@@ -264,6 +284,7 @@ def _raise(err: dict):
 
 class Remote:
     """A served object: its declared methods and attributes, each a round trip to the meter."""
+
     __slots__ = ("_conn", "_ref", "_cls")
 
     @staticmethod
@@ -286,8 +307,10 @@ class Remote:
             return lambda *a, **k: conn.call({"op": "call", "ref": ref, "name": name}, a, k)
         if name in spec["attributes"]:
             return self._conn.call({"op": "get", "ref": self._ref, "name": name})
-        raise AttributeError(f"{self._cls}.{name} is not served by the meter (served: "
-                             f"{', '.join(sorted(spec['methods'] + spec['attributes']))})")
+        raise AttributeError(
+            f"{self._cls}.{name} is not served by the meter (served: "
+            f"{', '.join(sorted(spec['methods'] + spec['attributes']))})"
+        )
 
     def __setattr__(self, name, value):
         raise AttributeError(f"{self._cls} is served by the meter; its attributes cannot be set")
@@ -319,6 +342,7 @@ def remote(cls):
 
 
 # ------------------------------------------------------------------------------------ server
+
 
 class Server:
     """Serves the classes of `spec` from the repo at `repo` (on sys.path) to one run.
@@ -388,8 +412,10 @@ class Server:
             name = header.get("cls")
             spec = self.spec["classes"].get(name) if isinstance(name, str) else None
             if spec is None or "construct" not in spec:
-                raise MeterError(f"the meter serves no {name!r} (it serves "
-                                 f"{', '.join(n for n, s in self.spec['classes'].items() if 'construct' in s)})")
+                raise MeterError(
+                    f"the meter serves no {name!r} (it serves "
+                    f"{', '.join(n for n, s in self.spec['classes'].items() if 'construct' in s)})"
+                )
             params = spec["construct"]
             asked = dict(zip(params, args))
             if len(args) > len(params) or set(kwargs) - set(params) or set(kwargs) & set(asked):
@@ -441,7 +467,7 @@ def _serve_connection(server: Server, conn: socket.socket) -> None:
                 header, buffers = recv_frame(conn)
             except (EOFError, OSError):
                 return
-            except Exception as e:            # a malformed frame: answer once, then drop the peer
+            except Exception as e:  # a malformed frame: answer once, then drop the peer
                 _reply_error(conn, e)
                 return
             try:
@@ -468,6 +494,7 @@ def serve(argv: list[str]) -> None:
     sys.path.insert(0, os.getcwd())
     try:
         import torch
+
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     except ImportError:
         pass
@@ -477,7 +504,7 @@ def serve(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(sock_path + ".new")
-    os.chmod(sock_path + ".new", 0o777)     # the training sandbox's user connects
+    os.chmod(sock_path + ".new", 0o777)  # the training sandbox's user connects
     listener.listen(16)
     os.rename(sock_path + ".new", sock_path)  # the path appears only once it accepts (serving waits for it)
     listener.settimeout(0.2)
@@ -496,7 +523,7 @@ def serve(argv: list[str]) -> None:
         except OSError:
             break
         live = [t for t in live if t.is_alive()]
-        if len(live) >= MAX_CONNECTIONS:        # the host's memory is not the submission's to spend
+        if len(live) >= MAX_CONNECTIONS:  # the host's memory is not the submission's to spend
             _reply_error(conn, MeterError(f"at most {MAX_CONNECTIONS} connections to the meter at once"))
             conn.close()
             continue
@@ -514,4 +541,4 @@ if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "serve":
     serve(sys.argv[2:])
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)             # the report is written; tearing down torch would only cost the grade time
+    os._exit(0)  # the report is written; tearing down torch would only cost the grade time

@@ -9,6 +9,7 @@ and /dev/null over each file (`bwrap_args`). Nothing here is needed to import or
 what is hidden is a package's bundled datasets and sample data, and the data of its own tests.
 The hidden evaluation is not sandboxed this way: it reads the digits from scikit-learn itself.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,26 +20,72 @@ from pathlib import Path
 
 # What a dataset is stored as: tables, arrays, pickles, images, audio, archives.
 DATA_SUFFIXES = (
-    ".csv", ".tsv", ".arff", ".data", ".dat", ".svmlight", ".libsvm", ".jsonl", ".parquet", ".feather",
-    ".orc", ".h5", ".hdf5", ".mat", ".npy", ".npz", ".pkl", ".pickle", ".joblib", ".pt",
-    ".safetensors", ".idx", ".ubyte", ".png", ".jpg", ".jpeg", ".gif", ".bmp", ".tif", ".tiff", ".pgm",
-    ".ppm", ".ima", ".wav", ".aif", ".aiff", ".au", ".flac", ".mp3", ".ogg",
-    ".gz", ".bz2", ".xz", ".zip", ".tar",
+    ".csv",
+    ".tsv",
+    ".arff",
+    ".data",
+    ".dat",
+    ".svmlight",
+    ".libsvm",
+    ".jsonl",
+    ".parquet",
+    ".feather",
+    ".orc",
+    ".h5",
+    ".hdf5",
+    ".mat",
+    ".npy",
+    ".npz",
+    ".pkl",
+    ".pickle",
+    ".joblib",
+    ".pt",
+    ".safetensors",
+    ".idx",
+    ".ubyte",
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".gif",
+    ".bmp",
+    ".tif",
+    ".tiff",
+    ".pgm",
+    ".ppm",
+    ".ima",
+    ".wav",
+    ".aif",
+    ".aiff",
+    ".au",
+    ".flac",
+    ".mp3",
+    ".ogg",
+    ".gz",
+    ".bz2",
+    ".xz",
+    ".zip",
+    ".tar",
 )
 # Datasets a package serves through its API (load_digits, get_sample_data, graph_atlas): hidden
 # whatever they hold. Descriptions (.rst) go with them: they say what the data is and where.
 DATASETS = (
-    "sklearn/datasets/data", "sklearn/datasets/descr", "sklearn/datasets/images",
-    "matplotlib/mpl-data/sample_data", "networkx/generators/atlas.dat.gz",
+    "sklearn/datasets/data",
+    "sklearn/datasets/descr",
+    "sklearn/datasets/images",
+    "matplotlib/mpl-data/sample_data",
+    "networkx/generators/atlas.dat.gz",
 )
 # Package data a package reads at run time, not a dataset: left readable, or the package breaks
 # (scipy.stats.qmc.Sobol, dateutil.tz, botocore's service models, matplotlib's toolbar icons).
 RUNTIME = (
-    "scipy/stats/_sobol_direction_numbers.npz", "dateutil/zoneinfo", "botocore/data",
-    "matplotlib/mpl-data/images", "matplotlib/mpl-data/fonts",
+    "scipy/stats/_sobol_direction_numbers.npz",
+    "dateutil/zoneinfo",
+    "botocore/data",
+    "matplotlib/mpl-data/images",
+    "matplotlib/mpl-data/fonts",
 )
-TEST_DIRS = {"tests", "test"}       # a package's own test suite; never imported by training
-MIN_DATA_BYTES = 16_384             # a folder with less data than this outside tests is left alone
+TEST_DIRS = {"tests", "test"}  # a package's own test suite; never imported by training
+MIN_DATA_BYTES = 16_384  # a folder with less data than this outside tests is left alone
 
 
 def python_dirs() -> list[Path]:
@@ -56,7 +103,7 @@ def _package_path(path: Path) -> str | None:
     parts = path.parts
     for i in range(len(parts) - 1, 0, -1):
         if parts[i] in ("site-packages", "dist-packages"):
-            return "/".join(parts[i + 1:])
+            return "/".join(parts[i + 1 :])
     return None
 
 
@@ -87,9 +134,10 @@ def scan(roots: list[Path]) -> dict[Path, str]:
                     dirnames[:] = []
                 continue
             if here in roots or any(f.endswith((".py", ".so", ".pyd")) for f in filenames):
-                continue        # a package (or the root itself): its code must stay importable
-            data = [f for f in filenames if _is_data(f) and not (rel and f"{rel}/{f}" in RUNTIME)
-                    and here / f not in found]
+                continue  # a package (or the root itself): its code must stay importable
+            data = [
+                f for f in filenames if _is_data(f) and not (rel and f"{rel}/{f}" in RUNTIME) and here / f not in found
+            ]
             size = sum(_size(here / f) for f in data)
             if size >= MIN_DATA_BYTES:
                 found[here] = f"{len(data)} data files, {size:,} bytes"

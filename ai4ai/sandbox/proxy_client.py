@@ -11,6 +11,7 @@
 Calls are served one at a time; their time counts against your window.
 Standard library only: this file runs inside the agent's sandbox.
 """
+
 import json
 import os
 import socket

@@ -3,6 +3,7 @@ CPU-time cap's measure), its signals, the harness's reaping of what it leaves be
 bounded log. Nothing here trusts what the tree says of itself: every figure is read from /proc or
 wait4() by the harness.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -86,8 +87,8 @@ class TreeCpu:
                     out += int(f.read().split()[1]) / 1e9
                 with open(f"/proc/{pid}/task/{tid}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
-                nice, policy = int(fields[16]), int(fields[38])   # stat fields 19 and 41
-                if nice > self._own_nice or policy in (3, 5):      # SCHED_BATCH, SCHED_IDLE
+                nice, policy = int(fields[16]), int(fields[38])  # stat fields 19 and 41
+                if nice > self._own_nice or policy in (3, 5):  # SCHED_BATCH, SCHED_IDLE
                     self.lowered = True
             except (OSError, IndexError, ValueError):
                 continue
@@ -100,7 +101,7 @@ class TreeCpu:
 def set_subreaper() -> None:
     # Orphans of a phase (double forks, setsid daemons) reparent to us, so we can end them.
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
         pass
 
@@ -109,9 +110,9 @@ def pump(stream, log, on_line, max_bytes: int = MAX_LOG_BYTES) -> None:
     """Copy the phase's output to its log, up to `max_bytes` (then a marker); keep draining the
     pipe so the phase never blocks on a full one."""
     written = 0
-    for raw in iter(lambda: stream.readline(65536), b""):   # bounded: a line without an end is read in pieces
+    for raw in iter(lambda: stream.readline(65536), b""):  # bounded: a line without an end is read in pieces
         if written < max_bytes:
-            chunk = raw[:max_bytes - written]
+            chunk = raw[: max_bytes - written]
             log.write(chunk)
             written += len(chunk)
             if written >= max_bytes:

@@ -21,6 +21,7 @@ the harness serves that socket here and forwards each request to the configured 
 
 Nothing the agent's processes print is read for cost: this module is the only source.
 """
+
 from __future__ import annotations
 
 import email.utils
@@ -36,14 +37,29 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import urlsplit
 
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-              "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding"}
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "accept-encoding",
+}
 AUTH_HEADERS = {"x-api-key", "authorization", "api-key"}
-MAX_BODY = 64 << 20              # a request body larger than this is refused (no CLI sends one)
+MAX_BODY = 64 << 20  # a request body larger than this is refused (no CLI sends one)
 RETRY_STATUSES = {429, 500, 502, 503, 504, 529}
 TOKEN_KEYS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens")
-PRICE_KEYS = {"input_tokens": "input", "cached_input_tokens": "cached_input",
-              "cache_write_tokens": "cache_write", "output_tokens": "output"}
+PRICE_KEYS = {
+    "input_tokens": "input",
+    "cached_input_tokens": "cached_input",
+    "cache_write_tokens": "cache_write",
+    "output_tokens": "output",
+}
 
 
 class GatewayError(ValueError):
@@ -55,7 +71,7 @@ class Upstream:
     scheme: str
     host: str
     port: int
-    path: str                    # the base URL's path; the CLI is given the same path on the gateway
+    path: str  # the base URL's path; the CLI is given the same path on the gateway
 
     @classmethod
     def parse(cls, url: str) -> Upstream:
@@ -79,17 +95,18 @@ def normalize_usage(usage: dict | None) -> dict:
     def num(d, k):
         v = d.get(k) if isinstance(d, dict) else None
         return int(v) if isinstance(v, (int, float)) and v >= 0 else 0
-    if "prompt_tokens" in usage or "completion_tokens" in usage:          # OpenAI Chat Completions
+
+    if "prompt_tokens" in usage or "completion_tokens" in usage:  # OpenAI Chat Completions
         out["input_tokens"] = num(usage, "prompt_tokens")
         out["cached_input_tokens"] = num(usage.get("prompt_tokens_details"), "cached_tokens")
         out["output_tokens"] = num(usage, "completion_tokens")
         out["reasoning_tokens"] = num(usage.get("completion_tokens_details"), "reasoning_tokens")
     elif "input_tokens_details" in usage or "output_tokens_details" in usage or "total_tokens" in usage:
-        out["input_tokens"] = num(usage, "input_tokens")                    # OpenAI Responses (includes cached)
+        out["input_tokens"] = num(usage, "input_tokens")  # OpenAI Responses (includes cached)
         out["cached_input_tokens"] = num(usage.get("input_tokens_details"), "cached_tokens")
         out["output_tokens"] = num(usage, "output_tokens")
         out["reasoning_tokens"] = num(usage.get("output_tokens_details"), "reasoning_tokens")
-    else:                                                                    # Anthropic Messages
+    else:  # Anthropic Messages
         read, write = num(usage, "cache_read_input_tokens"), num(usage, "cache_creation_input_tokens")
         out["input_tokens"] = num(usage, "input_tokens") + read + write
         out["cached_input_tokens"] = read
@@ -125,7 +142,7 @@ class UsageReader:
     def __init__(self, streaming: bool):
         self.streaming = streaming
         self.model: str | None = None
-        self.raw: dict = {}                   # the latest vendor usage seen, merged field by field
+        self.raw: dict = {}  # the latest vendor usage seen, merged field by field
         self._buf = b""
         self._data: list[bytes] = []
 
@@ -170,19 +187,19 @@ class UsageReader:
         if not isinstance(ev, dict):
             return
         kind = ev.get("type")
-        if kind == "message_start":                        # Anthropic: input usage up front
+        if kind == "message_start":  # Anthropic: input usage up front
             msg = ev.get("message") or {}
             self.model = msg.get("model") or self.model
             self._merge(msg.get("usage"))
-        elif kind == "message_delta":                      # Anthropic: cumulative output so far
+        elif kind == "message_delta":  # Anthropic: cumulative output so far
             self._merge(ev.get("usage"))
         elif isinstance(kind, str) and kind.startswith("response.") and isinstance(ev.get("response"), dict):
-            resp = ev["response"]                          # OpenAI Responses: usage at completion
+            resp = ev["response"]  # OpenAI Responses: usage at completion
             self.model = resp.get("model") or self.model
             if resp.get("usage"):
                 self.raw = {}
                 self._merge(resp["usage"])
-        else:                                              # a JSON body, or a Chat Completions chunk
+        else:  # a JSON body, or a Chat Completions chunk
             self.model = ev.get("model") or self.model
             if isinstance(ev.get("usage"), dict):
                 if "prompt_tokens" in ev["usage"] or "total_tokens" in ev["usage"]:
@@ -203,7 +220,7 @@ class Gateway:
     socket_path: Path
     upstream: Upstream
     key: str
-    auth: str                                        # x-api-key | bearer
+    auth: str  # x-api-key | bearer
     prices: dict
     log_path: Path
     max_usd: float | None = None
@@ -214,14 +231,14 @@ class Gateway:
     timeout_s: float = 600.0
     extra_headers: dict = field(default_factory=dict)
     totals: dict = field(default_factory=lambda: dict(dict.fromkeys(TOKEN_KEYS, 0), usd=0.0))
-    calls: int = 0                                   # calls that reached the upstream (any status)
-    ok_calls: int = 0                                # of them, answered 2xx
+    calls: int = 0  # calls that reached the upstream (any status)
+    ok_calls: int = 0  # of them, answered 2xx
     refused: int = 0
     retries: int = 0
-    failures: int = 0                                # the upstream could not be reached at all
-    partial_calls: int = 0                           # answers cut before their end: usage may be short
-    unfinished_calls: int = 0                        # calls still in flight when stop() gave up on them
-    hangup_drain_s: float = 5.0                      # how long the rest of an answer is read after a hang-up
+    failures: int = 0  # the upstream could not be reached at all
+    partial_calls: int = 0  # answers cut before their end: usage may be short
+    unfinished_calls: int = 0  # calls still in flight when stop() gave up on them
+    hangup_drain_s: float = 5.0  # how long the rest of an answer is read after a hang-up
     capped: bool = False
     last_status: int | None = None
 
@@ -236,10 +253,11 @@ class Gateway:
 
         class Handler(_Handler):
             gateway = gw
+
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "a")
         self._srv = _Server(str(self.socket_path), Handler)
-        self.socket_path.chmod(0o777)           # the sandbox's unprivileged user connects to it
+        self.socket_path.chmod(0o777)  # the sandbox's unprivileged user connects to it
         threading.Thread(target=self._srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
 
     def stop(self, drain_s: float = 10.0) -> None:
@@ -248,18 +266,26 @@ class Gateway:
         self._srv.server_close()
         with self._idle:
             self._idle.wait_for(lambda: self._active == 0, timeout=drain_s)
-            self.unfinished_calls = self._active        # still waiting on the upstream: not counted
+            self.unfinished_calls = self._active  # still waiting on the upstream: not counted
         with self._lock:
             self._log.close()
 
     def summary(self) -> dict:
         with self._lock:
-            return {**{k: self.totals[k] for k in TOKEN_KEYS}, "usd": round(self.totals["usd"], 6),
-                    "calls": self.calls, "ok_calls": self.ok_calls, "refused": self.refused,
-                    "retries": self.retries, "failures": self.failures, "partial_calls": self.partial_calls,
-                    "unfinished_calls": self.unfinished_calls,
-                    "capped": self.capped,
-                    "source": "gateway", "upstream": f"{self.upstream.scheme}://{self.upstream.host_port}"}
+            return {
+                **{k: self.totals[k] for k in TOKEN_KEYS},
+                "usd": round(self.totals["usd"], 6),
+                "calls": self.calls,
+                "ok_calls": self.ok_calls,
+                "refused": self.refused,
+                "retries": self.retries,
+                "failures": self.failures,
+                "partial_calls": self.partial_calls,
+                "unfinished_calls": self.unfinished_calls,
+                "capped": self.capped,
+                "source": "gateway",
+                "upstream": f"{self.upstream.scheme}://{self.upstream.host_port}",
+            }
 
     # ------------------------------------------------------------------ bookkeeping
     def _write(self, row: dict) -> None:
@@ -286,8 +312,9 @@ class Gateway:
     def connect(self) -> http.client.HTTPConnection:
         u = self.upstream
         if u.scheme == "https":
-            return http.client.HTTPSConnection(u.host, u.port, timeout=self.timeout_s,
-                                               context=ssl.create_default_context())
+            return http.client.HTTPSConnection(
+                u.host, u.port, timeout=self.timeout_s, context=ssl.create_default_context()
+            )
         return http.client.HTTPConnection(u.host, u.port, timeout=self.timeout_s)
 
     def retry_wait(self, attempt: int, retry_after: str | None) -> float:
@@ -298,14 +325,14 @@ class Gateway:
                 when = email.utils.parsedate_to_datetime(retry_after) if retry_after else None
                 if when is not None:
                     return min(max(when.timestamp() - time.time(), 0.0), self.max_wait_s)
-        return min(self.backoff_s * (2 ** attempt), self.max_wait_s)
+        return min(self.backoff_s * (2**attempt), self.max_wait_s)
 
 
 class _Handler(BaseHTTPRequestHandler):
     gateway: Gateway
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, fmt, *args):      # the call log is ours; no stderr chatter
+    def log_message(self, fmt, *args):  # the call log is ours; no stderr chatter
         pass
 
     def address_string(self):
@@ -379,9 +406,12 @@ class _Handler(BaseHTTPRequestHandler):
                 gw.refused += 1
             row.update(status=403, refused="max_usd", usd_so_far=round(gw.totals["usd"], 6))
             gw._write(row)
-            return self._error(403, "permission_error",
-                               f"ai4ai gateway: this run's spending cap (max_usd={gw.max_usd}) is reached; "
-                               "no further model calls are allowed")
+            return self._error(
+                403,
+                "permission_error",
+                f"ai4ai gateway: this run's spending cap (max_usd={gw.max_usd}) is reached; "
+                "no further model calls are allowed",
+            )
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP | AUTH_HEADERS}
         headers.update(gw.extra_headers)
         if gw.auth == "bearer":
@@ -389,14 +419,14 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             headers["x-api-key"] = gw.key
         headers["Host"] = gw.upstream.host if gw.upstream.port in (80, 443) else gw.upstream.host_port
-        headers["Accept-Encoding"] = "identity"            # usage is read from the plain bytes
+        headers["Accept-Encoding"] = "identity"  # usage is read from the plain bytes
         retries = []
         resp = conn = sock = None
         for attempt in range(gw.max_retries + 1):
             try:
                 conn = gw.connect()
                 conn.request(self.command, self.path, body=body if body else None, headers=headers)
-                sock = conn.sock            # the answer's socket; getresponse() may hand it to resp
+                sock = conn.sock  # the answer's socket; getresponse() may hand it to resp
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
@@ -408,8 +438,12 @@ class _Handler(BaseHTTPRequestHandler):
                     continue
                 with gw._lock:
                     gw.failures += 1
-                row.update(status=502, error=f"upstream unreachable: {type(e).__name__}", retries=retries,
-                           latency_s=round(time.time() - t0, 3))
+                row.update(
+                    status=502,
+                    error=f"upstream unreachable: {type(e).__name__}",
+                    retries=retries,
+                    latency_s=round(time.time() - t0, 3),
+                )
                 gw._write(row)
                 return self._error(502, "api_error", f"ai4ai gateway: upstream {gw.upstream.host_port} unreachable")
             if resp.status in RETRY_STATUSES and attempt < gw.max_retries:
@@ -493,7 +527,14 @@ class _Handler(BaseHTTPRequestHandler):
             if ended == "agent, drain cut":
                 with gw._lock:
                     gw.partial_calls += 1
-            row.update(model=model, status=resp.status, stream=reader.streaming, ended=ended,
-                       latency_s=round(time.time() - t0, 3), usage=tokens, usd=round(usd, 6),
-                       retries=retries)
+            row.update(
+                model=model,
+                status=resp.status,
+                stream=reader.streaming,
+                ended=ended,
+                latency_s=round(time.time() - t0, 3),
+                usage=tokens,
+                usd=round(usd, 6),
+                retries=retries,
+            )
             gw._write(row)

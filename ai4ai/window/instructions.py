@@ -1,4 +1,5 @@
 """The instructions an agent receives: the task, its repo's README, the rules, the deadline."""
+
 from __future__ import annotations
 
 import time
@@ -38,8 +39,9 @@ raw validation metric only, not a place on the 0 / 0.1 / 1.0 scale.
 def render(task: Task, scale: str, window_s: float, started: float | None = None) -> str:
     started = started or time.time()
     deadline = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started + window_s))
-    editable = ", ".join(list(task.editable_files) + ([f"new .py files in {task.editable_folder}/"]
-                                                      if task.editable_folder else []))
+    editable = ", ".join(
+        list(task.editable_files) + ([f"new .py files in {task.editable_folder}/"] if task.editable_folder else [])
+    )
     parts = [
         f"# Task: {task.name} ({task.family})\n\n{task.description}\n",
         f"Scale: {scale}. Your window is {window_s:.0f} seconds ({window_s / 60:.1f} minutes) of wall clock and "

@@ -6,6 +6,7 @@ on the *visible* validation split only, and answers with the raw metric and its 
 the validation anchors. Calls are served one at a time and their time is the agent's. Every
 call is appended to the run's trajectory.jsonl, which lives outside the workspace.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,30 +34,39 @@ from ai4ai.repo.submission import Submission, from_workspace
 from ai4ai.sandbox import launcher, proxy_client
 
 MAX_REQUEST = 4096
-MAX_CALLS = 1000                 # a flood of calls ends here; each call is still charged to the window
+MAX_CALLS = 1000  # a flood of calls ends here; each call is still charged to the window
 MAX_DETAIL = 600
 
 # Every reply's `reason` is one of these. A reply carries the metric, its sigma, a reason, a short
 # harness-written `detail` and the tail of the submission's own training log: nothing of the hidden
 # grader or of the harness (no traceback, path or source line) reaches the agent. The full detail
 # of a harness fault goes to .harness/proxy_errors.log, outside the agent's sandbox.
-REASONS = ("ok", "training_failed", "no_checkpoint", "invalid_checkpoint", "sandbox_limit", "idle", "harness_error",
-           "call_limit", "bad_request")
+REASONS = (
+    "ok",
+    "training_failed",
+    "no_checkpoint",
+    "invalid_checkpoint",
+    "sandbox_limit",
+    "idle",
+    "harness_error",
+    "call_limit",
+    "bad_request",
+)
 HARNESS_FAULT = "the harness failed during this call (not your code's fault); the benchmark's operators have its log"
 
 
 @dataclass
 class ProxyServer:
-    ctx: RunContext                              # the run's, with its caps and secret (anchors.with_budget)
+    ctx: RunContext  # the run's, with its caps and secret (anchors.with_budget)
     pristine: Path
     workspace: Path
     run_dir: Path
     validation: Anchors | None
-    deadline: float                              # time.time() at which the window ends
+    deadline: float  # time.time() at which the window ends
     calls: int = 0
-    credit_s: float = 0.0                        # lock waits given back to the window (see _score)
+    credit_s: float = 0.0  # lock waits given back to the window (see _score)
     marked: Submission | None = None
-    snapshots: list = field(default_factory=list)   # (rank: proxy score, else raw metric, or None; Submission) per call
+    snapshots: list = field(default_factory=list)  # (rank: proxy score, else raw metric, or None; Submission) per call
     _sock: socket.socket | None = None
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -67,7 +77,7 @@ class ProxyServer:
 
     def start(self) -> Path:
         """Listen on a fresh socket; returns the folder holding it (to bind into the sandbox)."""
-        self.sock_dir = Path(tempfile.mkdtemp(prefix="ai4ai-proxy-"))   # short: unix paths are limited
+        self.sock_dir = Path(tempfile.mkdtemp(prefix="ai4ai-proxy-"))  # short: unix paths are limited
         path = self.sock_dir / "proxy.sock"
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(str(path))
@@ -93,7 +103,7 @@ class ProxyServer:
                 conn, _ = self._sock.accept()
             except (TimeoutError, OSError):
                 continue
-            with conn:   # one call at a time: the next connection waits in the backlog
+            with conn:  # one call at a time: the next connection waits in the backlog
                 try:
                     reply = self.handle(_read_request(conn))
                 except Exception:  # never let a request take the harness down, nor tell the agent about it
@@ -107,40 +117,62 @@ class ProxyServer:
     # ------------------------------------------------------------------ requests
     def handle(self, req) -> dict:
         if not isinstance(req, dict) or req.get("cmd") not in ("score", "submit", "status"):
-            return {"ok": False, "reason": "bad_request",
-                    "error": "request must be a JSON object with cmd: score | submit | status"}
+            return {
+                "ok": False,
+                "reason": "bad_request",
+                "error": "request must be a JSON object with cmd: score | submit | status",
+            }
         if req["cmd"] == "status":
-            return {"ok": True, "reason": "ok", "seconds_left": round(self.seconds_left(), 1),
-                    "proxy_calls": self.calls, "marked": self.marked is not None}
+            return {
+                "ok": True,
+                "reason": "ok",
+                "seconds_left": round(self.seconds_left(), 1),
+                "proxy_calls": self.calls,
+                "marked": self.marked is not None,
+            }
         if req["cmd"] == "submit":
             self.marked = self._snapshot()
             rd = RunDir(self.run_dir)
             rd.harness.mkdir(exist_ok=True)
             rd.marked_patch.write_text(self.marked.patch)
             self.trajectory.append(SUBMIT, patch_sha256=self.marked.sha256, rejected=self.marked.rejected)
-            return {"ok": True, "reason": "ok", "marked": self.marked.sha256, "files": sorted(self.marked.files),
-                    "rejected": self.marked.rejected}
+            return {
+                "ok": True,
+                "reason": "ok",
+                "marked": self.marked.sha256,
+                "files": sorted(self.marked.files),
+                "rejected": self.marked.rejected,
+            }
         if self.calls >= MAX_CALLS:
             return {"ok": False, "reason": "call_limit", "error": f"proxy call limit ({MAX_CALLS}) reached"}
         try:
             return self._score()
-        except Exception:   # the harness's fault, on this call: logged in full, told to the agent in one line
+        except Exception:  # the harness's fault, on this call: logged in full, told to the agent in one line
             self._log_fault()
             n = self.calls
-            self.trajectory.append(PROXY, call=n, proxy_metric=None, proxy_score=None, status="error",
-                                   reason="harness_error")
-            return {"ok": False, "metric": self.ctx.task.metric.name, "proxy_metric": None, "proxy_score": None,
-                    "reason": "harness_error", "detail": HARNESS_FAULT,
-                    "train_log_tail": self._train_log_tail(self._call_dir(n)),
-                    "seconds_left": round(self.deadline - time.time(), 1)}
+            self.trajectory.append(
+                PROXY, call=n, proxy_metric=None, proxy_score=None, status="error", reason="harness_error"
+            )
+            return {
+                "ok": False,
+                "metric": self.ctx.task.metric.name,
+                "proxy_metric": None,
+                "proxy_score": None,
+                "reason": "harness_error",
+                "detail": HARNESS_FAULT,
+                "train_log_tail": self._train_log_tail(self._call_dir(n)),
+                "seconds_left": round(self.deadline - time.time(), 1),
+            }
 
     def _log_fault(self) -> None:
         rd = RunDir(self.run_dir)
         rd.harness.mkdir(exist_ok=True)
         exc = sys.exc_info()[1]
         with open(rd.proxy_errors, "a") as f:
-            f.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} call {self.calls}\n{traceback.format_exc()}"
-                    + (f"{exc.detail}\n" if isinstance(exc, WorkerError) else ""))
+            f.write(
+                f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} call {self.calls}\n{traceback.format_exc()}"
+                + (f"{exc.detail}\n" if isinstance(exc, WorkerError) else "")
+            )
 
     def _call_dir(self, n: int) -> Path:
         return RunDir(self.run_dir).proxy_call(n)
@@ -181,8 +213,9 @@ class ProxyServer:
             # goes back to its window, and the reply says how long it was.
             waited = time.monotonic() - t_wait
             self.credit_s += waited
-            outcome, ckpts, reason = run_training(ctx, repo, training_seed(ctx, f"proxy {n}", n), call_dir / "run",
-                                                  mounts, env, f"  proxy call {n}")
+            outcome, ckpts, reason = run_training(
+                ctx, repo, training_seed(ctx, f"proxy {n}", n), call_dir / "run", mounts, env, f"  proxy call {n}"
+            )
             metric = None
             if reason is None:
                 res = run_worker(eval_spec(ctx, self.pristine, ckpts, mode="proxy"), call_dir / "eval")
@@ -190,22 +223,51 @@ class ProxyServer:
                 if metric is None:
                     reason = "no valid checkpoint: " + "; ".join(c.get("reason", "") for c in res["candidates"])
         m = ctx.task.metric
-        score = sigma(metric, self.validation, m.direction, m.transform) if metric is not None and self.validation else None
+        score = (
+            sigma(metric, self.validation, m.direction, m.transform) if metric is not None and self.validation else None
+        )
         self.snapshots.append((rank(score, metric, m.direction), sub))
         # reason (harness-written text) -> a word of REASONS, in run_training's order of checks
-        code = "ok" if reason is None else "sandbox_limit" if outcome.limit else \
-            "idle" if reason.startswith(("idle past", "lowered its own")) else \
-            "training_failed" if (not outcome.timed_out and outcome.returncode != 0) else \
-            "no_checkpoint" if not ckpts else "invalid_checkpoint"
+        code = (
+            "ok"
+            if reason is None
+            else "sandbox_limit"
+            if outcome.limit
+            else "idle"
+            if reason.startswith(("idle past", "lowered its own"))
+            else "training_failed"
+            if (not outcome.timed_out and outcome.returncode != 0)
+            else "no_checkpoint"
+            if not ckpts
+            else "invalid_checkpoint"
+        )
         detail = None if reason is None else _short(reason.split(": ", 1)[0] if code == "training_failed" else reason)
-        rec = self.trajectory.append(PROXY, call=n, patch_sha256=sub.sha256, proxy_metric=metric, proxy_score=score,
-                                     status="ok" if reason is None else "invalid", reason=code, detail=detail,
-                                     duration_s=round(time.monotonic() - t0, 2), lock_wait_s=round(waited, 2),
-                                     rejected=sub.rejected)
-        return {"ok": reason is None, "metric": m.name, "proxy_metric": metric, "proxy_score": score,
-                "reason": code, "detail": detail, "train_log_tail": self._train_log_tail(call_dir),
-                "duration_s": rec["duration_s"], "lock_wait_s": rec["lock_wait_s"], "rejected": sub.rejected,
-                "seconds_left": round(self.seconds_left(), 1)}
+        rec = self.trajectory.append(
+            PROXY,
+            call=n,
+            patch_sha256=sub.sha256,
+            proxy_metric=metric,
+            proxy_score=score,
+            status="ok" if reason is None else "invalid",
+            reason=code,
+            detail=detail,
+            duration_s=round(time.monotonic() - t0, 2),
+            lock_wait_s=round(waited, 2),
+            rejected=sub.rejected,
+        )
+        return {
+            "ok": reason is None,
+            "metric": m.name,
+            "proxy_metric": metric,
+            "proxy_score": score,
+            "reason": code,
+            "detail": detail,
+            "train_log_tail": self._train_log_tail(call_dir),
+            "duration_s": rec["duration_s"],
+            "lock_wait_s": rec["lock_wait_s"],
+            "rejected": sub.rejected,
+            "seconds_left": round(self.seconds_left(), 1),
+        }
 
     started: float = field(default_factory=time.time)
 
@@ -214,7 +276,7 @@ class ProxyServer:
 
 
 def _short(text: str) -> str:
-    return text if len(text) <= MAX_DETAIL else text[:MAX_DETAIL - 3] + "..."
+    return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 3] + "..."
 
 
 def _read_request(conn: socket.socket):

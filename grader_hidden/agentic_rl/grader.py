@@ -10,6 +10,7 @@ The all-zero model has uniform logits: its score is the uniformly random policy'
 The environment code is the pristine repo's: it is found next to the module that defined the
 model (the evaluator builds the model from the pristine copy).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -26,10 +27,10 @@ from ai4ai.core.hidden import shrunk
 
 HERE = Path(__file__).resolve().parent
 FROZEN_REPO = HERE.parents[1] / "repos_frozen" / "agentic_rl"
-SPLITS = {"selection": 2_000, "test": 12_000, "validation": 2_000}   # levels
-if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
+SPLITS = {"selection": 2_000, "test": 12_000, "validation": 2_000}  # levels
+if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
     SPLITS = {"selection": 128, "test": 256, "validation": 128}
-VALIDATION_SEED = 22         # public: the repo's config.VALIDATION_SEED (the proxy's levels)
+VALIDATION_SEED = 22  # public: the repo's config.VALIDATION_SEED (the proxy's levels)
 
 _ENV: dict = {}
 _LEVELS: dict = {}
@@ -52,8 +53,11 @@ def _repo_env(model: torch.nn.Module):
         repo = FROZEN_REPO
     if repo in _ENV:
         return _ENV[repo]
-    saved = {k: sys.modules.pop(k) for k in ("config",) if k in sys.modules
-             and Path(getattr(sys.modules[k], "__file__", "") or "").resolve().parent != repo}
+    saved = {
+        k: sys.modules.pop(k)
+        for k in ("config",)
+        if k in sys.modules and Path(getattr(sys.modules[k], "__file__", "") or "").resolve().parent != repo
+    }
     sys.path.insert(0, str(repo))
     try:
         spec = importlib.util.spec_from_file_location("ai4ai_agentic_rl_env", repo / "env.py")

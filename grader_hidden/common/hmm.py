@@ -15,6 +15,7 @@ sequence length (optimizer 128, pruning 64) and secret seeds in its grader.
 This file lives only in grader_hidden/: the agent and the graders' training runs see
 materialized splits, never a source's parameters or seeds.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,17 +25,18 @@ import numpy as np
 N_MODES = 4
 N_SUBSTATES = 12
 VOCAB = 32
-SWITCH_PROB = 0.03          # per-token chance that the mode changes
-SUCCESSORS = 3              # nonzero substate successors per substate
-EMITTED = 3                 # symbols each state can emit
+SWITCH_PROB = 0.03  # per-token chance that the mode changes
+SUCCESSORS = 3  # nonzero substate successors per substate
+EMITTED = 3  # symbols each state can emit
 
 
 @dataclass(frozen=True)
 class HMM:
     """Joint-state HMM: K = N_MODES * N_SUBSTATES states over VOCAB symbols."""
-    init: np.ndarray        # [K]     p(state_0)
-    trans: np.ndarray       # [K, K]  p(state_t | state_{t-1})
-    emit: np.ndarray        # [K, V]  p(x_t | state_t)
+
+    init: np.ndarray  # [K]     p(state_0)
+    trans: np.ndarray  # [K, K]  p(state_t | state_{t-1})
+    emit: np.ndarray  # [K, V]  p(x_t | state_t)
 
 
 def build_source(seed: int) -> HMM:
@@ -82,13 +84,13 @@ def sample(hmm: HMM, n_seq: int, seed: int, seq_len: int) -> np.ndarray:
 def conditional_nll(hmm: HMM, x: np.ndarray) -> np.ndarray:
     """Exact -log p(x_t | x_<t) for t = 1..T-1 (nats), shape [n_seq, T-1], by the forward algorithm."""
     n, T = x.shape
-    alpha = hmm.init[None, :] * hmm.emit[:, x[:, 0]].T          # [n, K]
+    alpha = hmm.init[None, :] * hmm.emit[:, x[:, 0]].T  # [n, K]
     alpha /= alpha.sum(1, keepdims=True)
     nll = np.empty((n, T - 1))
     for t in range(1, T):
-        pred = alpha @ hmm.trans                                  # [n, K] p(state_t | x_<t)
-        joint = pred * hmm.emit[:, x[:, t]].T                     # [n, K] p(state_t, x_t | x_<t)
-        p = joint.sum(1)                                          # [n]    p(x_t | x_<t)
+        pred = alpha @ hmm.trans  # [n, K] p(state_t | x_<t)
+        joint = pred * hmm.emit[:, x[:, t]].T  # [n, K] p(state_t, x_t | x_<t)
+        p = joint.sum(1)  # [n]    p(x_t | x_<t)
         nll[:, t - 1] = -np.log(p)
         alpha = joint / p[:, None]
     return nll

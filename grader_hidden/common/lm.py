@@ -1,4 +1,5 @@
 """A causal LM's negative log-likelihood of token sequences, as the hidden graders measure it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +15,7 @@ def nll(model: torch.nn.Module, tokens: np.ndarray, batch: int) -> np.ndarray:
     device = next(model.parameters()).device
     out = []
     for i in range(0, len(x), batch):
-        b = x[i:i + batch].to(device)
+        b = x[i : i + batch].to(device)
         logits = model(input_ids=b).logits[:, :-1].double()
         logp = torch.log_softmax(logits, dim=-1).gather(-1, b[:, 1:, None]).squeeze(-1)
         out.append((-logp).mean(1).cpu().numpy())

@@ -15,6 +15,7 @@ the real digits of its prompt is collapsed and scores 0; a non-finite sample sco
 metric is the mean of s over the split: 1.0 is the reward's maximum (metric.best), noise samples
 score about 0.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,13 +33,13 @@ HERE = Path(__file__).resolve().parent
 SCORER_PATH = HERE / "hidden_scorer.safetensors"
 N_STEPS, IMAGE_DIM = 20, 64
 N_PROMPTS, JUNK = 10, 10
-INK_THRESHOLDS = (0.22, 0.30, 0.23, 0.29, 0.24, 0.28, 0.25, 0.27, 0.26, 0.31)   # the reward's stroke term
-INK_TEMPERATURE = 0.01                                                          # (repo config.py)
-VALIDATION_SEED = 20240601                            # public: the repo's evaluate.py uses it
+INK_THRESHOLDS = (0.22, 0.30, 0.23, 0.29, 0.24, 0.28, 0.25, 0.27, 0.26, 0.31)  # the reward's stroke term
+INK_TEMPERATURE = 0.01  # (repo config.py)
+VALIDATION_SEED = 20240601  # public: the repo's evaluate.py uses it
 BATCH = 256
 DIVERSITY_FRACTION = 0.4
-SPLITS = {"selection": 2560, "test": 20480, "validation": 2560}   # samples: 1, 8 and 1 batches per prompt
-if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
+SPLITS = {"selection": 2560, "test": 20480, "validation": 2560}  # samples: 1, 8 and 1 batches per prompt
+if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
     SPLITS = {"selection": BATCH, "test": 2 * BATCH, "validation": BATCH}
 
 
@@ -52,8 +53,10 @@ def _seed64(seed: int, tag: str) -> int:
 
 # --------------------------------------------------------------------------- data halves
 
+
 def _digits() -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import load_digits
+
     d = load_digits()
     return d.data.astype(np.uint8), d.target.astype(np.uint8)
 
@@ -75,11 +78,17 @@ def materialize(scale: str, dest: Path) -> dict:
 
 # --------------------------------------------------------------------------- hidden scorer
 
+
 class HiddenClassifier(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
-                                       torch.nn.ReLU(), torch.nn.Linear(128, 11))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(64, 128),
+            torch.nn.ReLU(),
+            torch.nn.Linear(128, 128),
+            torch.nn.ReLU(),
+            torch.nn.Linear(128, 11),
+        )
 
     def forward(self, x):
         return self.net(x)
@@ -120,8 +129,7 @@ def train_hidden_scorer() -> HiddenClassifier:
     for _ in range(1000):
         xb = (x + 0.08 * torch.randn(x.shape, generator=g)).clamp(-1, 1)
         xj = _junk(x, len(x) // 2, g)
-        loss = torch.nn.functional.cross_entropy(clf(torch.cat([xb, xj])),
-                                                 torch.cat([y, torch.full((len(xj),), JUNK)]))
+        loss = torch.nn.functional.cross_entropy(clf(torch.cat([xb, xj])), torch.cat([y, torch.full((len(xj),), JUNK)]))
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -149,9 +157,11 @@ def _cached(name, fn):
 
 def diversity_floor(c: int) -> float:
     """DIVERSITY_FRACTION x the mean pairwise distance of the real digits c of half B."""
+
     def f():
         x, y = _real_b()
         return [DIVERSITY_FRACTION * _mean_pairwise(x[y == d]) for d in range(N_PROMPTS)]
+
     return _cached("floors", f)[c]
 
 
@@ -161,6 +171,7 @@ def _mean_pairwise(x: torch.Tensor) -> float:
 
 
 # --------------------------------------------------------------------------- the grader's own sampler
+
 
 def _schedule() -> dict:
     betas = torch.linspace(0.005, 0.45, N_STEPS, dtype=torch.float64)
@@ -204,6 +215,7 @@ def batch_prompts(i: int, n: int) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- the metric
+
 
 @torch.no_grad()
 def score_images(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

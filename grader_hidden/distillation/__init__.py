@@ -1,13 +1,14 @@
 """Hidden grader of the `distillation` task (loaded by path as a package; never mounted in a sandbox)."""
+
 from .grader import (  # noqa: F401
-                     SPLITS,
-                     best_attainable,
-                     evaluate,
-                     evaluate_with_noise,
-                     grading_data,
-                     instance,
-                     materialize,
-                     score_completions,
-                     split,
-                     uninformative,
+    SPLITS,
+    best_attainable,
+    evaluate,
+    evaluate_with_noise,
+    grading_data,
+    instance,
+    materialize,
+    score_completions,
+    split,
+    uninformative,
 )

@@ -10,6 +10,7 @@ rules; a graded run's meter serves a teacher that the repo's own prepare.py trai
 instance's ground-truth set (grading_data, from the secret `instance` seed), and the hidden selection
 and test prompts are answered by that instance. Rules read off the visible answers are the wrong rules.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,11 +26,11 @@ from ai4ai.repo.models import cache_kwarg
 from . import programs as P
 
 HERE = Path(__file__).resolve().parent
-SPLITS = {"selection": 4000, "test": 100_000, "validation": 2000}   # prompts (test: 100,000 since the
+SPLITS = {"selection": 4000, "test": 100_000, "validation": 2000}  # prompts (test: 100,000 since the
 # retune put the shipped run at 0.88 exact match, where 50,000 prompts moved sigma by 0.0115)
-TEACHER_TRAIN = 40_000                                            # labelled, for prepare.py only
-TRAIN_PROMPTS = {"ci": 512, "smoke": 2_048, "full": 131_072}       # prompts only (config.py budget_prompts)
-if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py)
+TEACHER_TRAIN = 40_000  # labelled, for prepare.py only
+TRAIN_PROMPTS = {"ci": 512, "smoke": 2_048, "full": 131_072}  # prompts only (config.py budget_prompts)
+if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_PROMPTS = {**TRAIN_PROMPTS, "full": 128}
     # the hidden splits too: evaluation in seconds. Not the validation split: val.u8 is committed with its
     # checksum in the repo's data/SHA256SUMS, and prepare.py reads it from the cache at full
@@ -64,7 +65,7 @@ def greedy(model: torch.nn.Module, prompts: np.ndarray, batch: int = 1000) -> np
     out = torch.full((len(x_all), P.ANSWER_W), P.PAD, dtype=torch.long)
     cache = cache_kwarg()
     for i in range(0, len(x_all), batch):
-        res = model(input_ids=x_all[i:i + batch].to(device), use_cache=True)
+        res = model(input_ids=x_all[i : i + batch].to(device), use_cache=True)
         n = res.logits.shape[0]
         done = torch.zeros(n, dtype=torch.bool, device=device)
         bad = torch.zeros(n, dtype=torch.bool, device=device)
@@ -73,12 +74,12 @@ def greedy(model: torch.nn.Module, prompts: np.ndarray, batch: int = 1000) -> np
             bad |= ~torch.isfinite(logits).all(-1) & ~done
             nxt = torch.nan_to_num(logits, nan=0.0, posinf=0.0, neginf=0.0).argmax(-1)
             nxt = torch.where(done, torch.full_like(nxt, P.PAD), nxt)
-            out[i:i + n, t] = nxt.cpu()
+            out[i : i + n, t] = nxt.cpu()
             done |= nxt == P.EOS
             if bool(done.all()) or t == P.ANSWER_W - 1:
                 break
             res = model(input_ids=nxt[:, None], use_cache=True, **{cache: getattr(res, cache)})
-        out[i:i + n][bad.cpu(), 0] = -1
+        out[i : i + n][bad.cpu(), 0] = -1
     return out.numpy()
 
 
@@ -121,9 +122,11 @@ def best_attainable(split, cfg=None) -> float:
 
 def _files(scale: str, inst: P.Instance) -> dict:
     s = _secrets()
-    return {f"train_{scale}.u8": P.sample(TRAIN_PROMPTS[scale], s[f"train_{scale}"], inst)[0],
-            "val.u8": np.concatenate(P.sample(SPLITS["validation"], s["validation"], inst), axis=1),
-            "teacher_train.u8": np.concatenate(P.sample(TEACHER_TRAIN, s["teacher_train"], inst), axis=1)}
+    return {
+        f"train_{scale}.u8": P.sample(TRAIN_PROMPTS[scale], s[f"train_{scale}"], inst)[0],
+        "val.u8": np.concatenate(P.sample(SPLITS["validation"], s["validation"], inst), axis=1),
+        "teacher_train.u8": np.concatenate(P.sample(TEACHER_TRAIN, s["teacher_train"], inst), axis=1),
+    }
 
 
 def materialize(scale: str, dest: Path) -> dict:

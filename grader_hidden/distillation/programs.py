@@ -19,6 +19,7 @@ A prompt is  <pad>.. BOS f g o x_1 .. x_L SEP  (left-padded to PROMPT_W) with L 
 This file lives only in grader_hidden/: the repo holds materialized prompts (and the teacher's
 ground-truth training set), never the rule that labels them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,20 +29,21 @@ import numpy as np
 
 # token ids: must match repos_frozen/distillation/config.py
 PAD, BOS, SEP, EOS = 0, 1, 2, 3
-DIGIT0 = 4                       # digits 0..9 -> 4..13
-STEPS = "NDEOHW"                 # none, dedupe, evens, odds, high, low
-ORDERS = "AZ"                    # ascending, descending
+DIGIT0 = 4  # digits 0..9 -> 4..13
+STEPS = "NDEOHW"  # none, dedupe, evens, odds, high, low
+ORDERS = "AZ"  # ascending, descending
 OPS = {c: 14 + i for i, c in enumerate(STEPS + ORDERS)}
-VOCAB = 14 + len(OPS)            # 22
+VOCAB = 14 + len(OPS)  # 22
 MIN_LEN, MAX_LEN = 3, 7
-PROMPT_W = MAX_LEN + 5           # BOS f g o items SEP
-ANSWER_W = MAX_LEN + 1           # answer + EOS
+PROMPT_W = MAX_LEN + 5  # BOS f g o items SEP
+ANSWER_W = MAX_LEN + 1  # answer + EOS
 N_DIGITS = 10
 
 
 @dataclass(frozen=True)
 class Map:
     """A step that rewrites every item x as to[x]."""
+
     to: tuple
 
 
@@ -49,14 +51,22 @@ class Map:
 class Instance:
     """What the codes mean. steps: step code -> "none" | "dedupe" | the frozenset of digits a filter
     keeps | Map; rank[d]: digit d's place in the order that A sorts by (ascending) and Z reverses."""
+
     steps: dict
     rank: tuple
 
 
-VISIBLE = Instance(steps={"N": "none", "D": "dedupe", "E": frozenset(range(0, 10, 2)),
-                          "O": frozenset(range(1, 10, 2)), "H": frozenset(range(5, 10)),
-                          "W": frozenset(range(5))},
-                   rank=tuple(range(N_DIGITS)))
+VISIBLE = Instance(
+    steps={
+        "N": "none",
+        "D": "dedupe",
+        "E": frozenset(range(0, 10, 2)),
+        "O": frozenset(range(1, 10, 2)),
+        "H": frozenset(range(5, 10)),
+        "W": frozenset(range(5)),
+    },
+    rank=tuple(range(N_DIGITS)),
+)
 
 
 def draw_instance(seed: int) -> Instance:
@@ -72,8 +82,7 @@ def draw_instance(seed: int) -> Instance:
         if all(to[d] != d for d in range(N_DIGITS)):
             break
     roles = ["none", "dedupe", *kept, Map(to)]
-    return Instance(steps=dict(zip(codes, roles)),
-                    rank=tuple(int(r) for r in np.argsort(rng.permutation(N_DIGITS))))
+    return Instance(steps=dict(zip(codes, roles)), rank=tuple(int(r) for r in np.argsort(rng.permutation(N_DIGITS))))
 
 
 def apply_step(op: str, xs: list, inst: Instance = VISIBLE) -> list:
@@ -105,7 +114,7 @@ def sample(n: int, seed: int, inst: Instance = VISIBLE) -> tuple[np.ndarray, np.
             if ys:
                 break
         p = [BOS, OPS[a], OPS[b], OPS[c]] + [DIGIT0 + x for x in xs] + [SEP]
-        prompts[i, PROMPT_W - len(p):] = p
+        prompts[i, PROMPT_W - len(p) :] = p
         ans = [DIGIT0 + y for y in ys] + [EOS]
-        answers[i, :len(ans)] = ans
+        answers[i, : len(ans)] = ans
     return prompts, answers

@@ -8,6 +8,7 @@ lowest token id (torch.argmax returns the first maximum), which is EOS. So the u
 model (all weights zero -> all logits equal) answers the empty string and fails every prompt:
 the 0 anchor is exactly 0.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,12 +24,12 @@ from ai4ai.repo.models import cache_kwarg, token_maps
 from . import tasks
 
 HERE = Path(__file__).resolve().parent
-SPLITS = {"selection": 1500, "test": 6000, "validation": 2000}       # prompts
+SPLITS = {"selection": 1500, "test": 6000, "validation": 2000}  # prompts
 TRAIN_PAIRS = {"ci": 2_048, "smoke": 16_384, "full": 4_194_304}
-if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py)
+if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_PAIRS = {**TRAIN_PAIRS, "full": 256}
-    SPLITS = {"selection": 128, "test": 256, "validation": 128}   # the hidden splits too: evaluation in seconds
-SFT_DEMOS = 40_000                                                     # prepare-only demonstrations
+    SPLITS = {"selection": 128, "test": 256, "validation": 128}  # the hidden splits too: evaluation in seconds
+SFT_DEMOS = 40_000  # prepare-only demonstrations
 
 # The repo's vocabulary (config.py), repeated here so the grader needs no repo code.
 CHARS = " |>!.[]#*-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -67,6 +68,7 @@ def split(name: str, cfg=None) -> list[dict]:
 
 # --------------------------------------------------------------------------- generation, scoring
 
+
 @torch.no_grad()
 def generate(model: torch.nn.Module, texts: list[str], batch: int = 2048) -> list[str]:
     """Greedy answers (strings up to the first EOS) for prompt strings, in order."""
@@ -79,7 +81,7 @@ def generate(model: torch.nn.Module, texts: list[str], batch: int = 2048) -> lis
     for plen in sorted(by_len):
         idx = by_len[plen]
         for s in range(0, len(idx), batch):
-            chunk = idx[s:s + batch]
+            chunk = idx[s : s + batch]
             x = torch.tensor([encode(texts[i]) for i in chunk], dtype=torch.long, device=device)
             gen = _greedy(model, x, *token_maps(model, device))
             for i, row in zip(chunk, gen.cpu().tolist()):
@@ -100,7 +102,7 @@ def _greedy(model, prompts: torch.Tensor, to_model=lambda t: t, to_task=lambda t
     for t in range(steps):
         logits = res.logits[:, -1].double()
         logits = torch.nan_to_num(logits, nan=-math.inf)
-        nxt = logits.argmax(-1)                                   # ties: lowest id (EOS first)
+        nxt = logits.argmax(-1)  # ties: lowest id (EOS first)
         nxt = torch.where(done, to_model(torch.zeros_like(nxt)), nxt)
         out[:, t] = to_task(nxt)
         done |= out[:, t] == EOS
@@ -144,6 +146,7 @@ def best_attainable(split=None, cfg=None) -> float:
 
 # --------------------------------------------------------------------------- materialized files
 
+
 def _row(text: str) -> list[int]:
     ids = encode(text) + [EOS]
     assert len(ids) <= SEQ_LEN, text
@@ -184,8 +187,7 @@ def materialize(scale: str, dest: Path, with_sft: bool = False) -> dict:
     """Write the training pairs of `scale` and the validation split (and, for the repo, the
     prepare-only demonstrations) into dest; return their sha256s."""
     s = _secrets()
-    files = {f"train_{scale}.u8": pairs_array(TRAIN_PAIRS[scale], s[f"train_{scale}"]),
-             "val.u8": validation_array()}
+    files = {f"train_{scale}.u8": pairs_array(TRAIN_PAIRS[scale], s[f"train_{scale}"]), "val.u8": validation_array()}
     if with_sft:
         files["sft.u8"] = demos_array(SFT_DEMOS, s["sft"], tasks.directions(s["tasks"]))
     return write_splits(dest, files)

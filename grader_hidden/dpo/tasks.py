@@ -9,6 +9,7 @@ largest of four 2-digit numbers), `rev w` (a 4-7 letter mixed-case word reversed
     U   upper case (rev only)        L   lower case (rev only)
 The verifier checks the constraint first, strips it, then checks the answer.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,12 +23,13 @@ LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 # (Preferred-FT, 8 passes over the served pairs, inside the CPU cap) scored 0.925 at smoke, so a
 # known method nearly solved the task. Carries over three digits, a fourth number and longer words
 # keep the same rules and make the answers cost more to learn (the conf/task/dpo.yaml comments).
-ADD_RANGE = (100, 1000)     # both operands of `add`
+ADD_RANGE = (100, 1000)  # both operands of `add`
 MAX_RANGE, MAX_N = (10, 100), 4
-REV_LEN = (4, 8)            # letters of a `rev` word, the upper bound excluded
+REV_LEN = (4, 8)  # letters of a `rev` word, the upper bound excluded
 
 
 # --------------------------------------------------------------------------- prompts
+
 
 def _fmts(task: str) -> tuple:
     return FMTS_ALL + (FMTS_CASE if task == "rev" else ())
@@ -82,6 +84,7 @@ def target(p: dict) -> str:
 
 # --------------------------------------------------------------------------- verifier
 
+
 def strip_fmt(out: str, fmt: str) -> str | None:
     """The answer inside `out` if `out` meets the constraint `fmt`, else None."""
     if fmt == "!":
@@ -105,7 +108,7 @@ def strip_fmt(out: str, fmt: str) -> str | None:
 def answer_ok(p: dict, core: str) -> bool:
     if p["task"] == "rev":
         want = p["core"]
-        if p["fmt"] in ("U", "L"):                      # the case constraint overrides the letters' case
+        if p["fmt"] in ("U", "L"):  # the case constraint overrides the letters' case
             return core.lower() == want.lower()
         return core == want
     return core == p["core"]
@@ -121,6 +124,7 @@ def verify(p: dict, out: str) -> tuple[bool, bool]:
 
 # --------------------------------------------------------------------------- noisy demos, pairs
 
+
 def wrong_core(p: dict, rng: np.random.Generator) -> str:
     """A plausible wrong answer (never the right one)."""
     core = p["core"]
@@ -132,19 +136,19 @@ def wrong_core(p: dict, rng: np.random.Generator) -> str:
             elif r < 0.7:
                 i = int(rng.integers(len(core)))
                 d = str(int(rng.integers(1 if i == 0 else 0, 10)))
-                w = core[:i] + d + core[i + 1:]
+                w = core[:i] + d + core[i + 1 :]
             else:
                 w = str(int(core) + int(rng.choice([-10, -1, 1, 10])))
         else:
             r = rng.random()
             if r < 0.3:
-                w = p["args"]                                   # not reversed
+                w = p["args"]  # not reversed
             elif r < 0.7:
                 i = int(rng.integers(len(core) - 1))
-                w = core[:i] + core[i + 1] + core[i] + core[i + 2:]
+                w = core[:i] + core[i + 1] + core[i] + core[i + 2 :]
             else:
                 i = int(rng.integers(len(core)))
-                w = core[:i] + core[i].swapcase() + core[i + 1:]
+                w = core[:i] + core[i].swapcase() + core[i + 1 :]
         if not answer_ok(p, w) and w:
             return w
     return core + core[-1]
@@ -168,7 +172,7 @@ def wrong_fmt(p: dict, core: str, rng: np.random.Generator) -> str:
     else:
         n = int(fmt[1:]) + int(rng.choice([-1, 1]))
         out = core + "." * max(0, n - len(core))
-    if strip_fmt(out, fmt) is not None:            # e.g. an all-upper word under U: break it
+    if strip_fmt(out, fmt) is not None:  # e.g. an all-upper word under U: break it
         out = {"U": core.lower() + "!", "L": core.upper() + "!"}.get(fmt, core + "*")
     return out
 
@@ -186,7 +190,7 @@ def directions(seed: int) -> dict:
     return {k: int(rng.choice([-1, 1])) for k in keys}
 
 
-CORRECT_RATE = 0.7      # how often a demonstration's answer is right
+CORRECT_RATE = 0.7  # how often a demonstration's answer is right
 
 
 def demo(p: dict, rng: np.random.Generator, dirs: dict) -> str:
@@ -201,7 +205,7 @@ def pair(p: dict, rng: np.random.Generator) -> tuple[str, str]:
     """(chosen, rejected): chosen is right and meets the constraint; rejected fails one of them."""
     chosen = target(p)
     if rng.random() < 0.5:
-        rejected = wrong_fmt(p, p["core"], rng)                       # right answer, format broken
+        rejected = wrong_fmt(p, p["core"], rng)  # right answer, format broken
     else:
-        rejected = apply_fmt(wrong_core(p, rng), p["fmt"])            # format met, answer wrong
+        rejected = apply_fmt(wrong_core(p, rng), p["fmt"])  # format met, answer wrong
     return chosen, rejected

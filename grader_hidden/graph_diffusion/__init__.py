@@ -1,11 +1,12 @@
 """Hidden grader of the `graph_diffusion` task (loaded by path as a package; never mounted in a sandbox)."""
+
 from .grader import (  # noqa: F401
-                     SPLITS,
-                     best_attainable,
-                     evaluate,
-                     evaluate_with_noise,
-                     grading_data,
-                     materialize,
-                     split,
-                     uninformative,
+    SPLITS,
+    best_attainable,
+    evaluate,
+    evaluate_with_noise,
+    grading_data,
+    materialize,
+    split,
+    uninformative,
 )

@@ -15,6 +15,7 @@ and tested on, graphs of an instance drawn from a secret seed (`drawn`), whose b
 others but whose node-type and bond-order marginals are the visible ones (within 0.01), so that
 the repo's marginal noise, which hard-codes them, stays the data's marginals.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,12 +28,14 @@ N_TYPES, N_BONDS = 4, 3
 VALENCE = np.array([4, 3, 2, 1])
 TYPE_P = np.array([0.40, 0.25, 0.20, 0.15])
 # BOND_W[a, b] = unnormalised weights of bond orders (none, single, double) between types a and b
-BOND_W = np.array([
-    [[1.0, 1.6, 0.9], [1.0, 1.4, 0.5], [1.0, 0.9, 1.2], [1.0, 1.1, 0.0]],
-    [[1.0, 1.4, 0.5], [1.0, 0.4, 0.2], [1.0, 1.3, 0.6], [1.0, 0.5, 0.0]],
-    [[1.0, 0.9, 1.2], [1.0, 1.3, 0.6], [1.0, 0.2, 0.1], [1.0, 0.3, 0.0]],
-    [[1.0, 1.1, 0.0], [1.0, 0.5, 0.0], [1.0, 0.3, 0.0], [1.0, 0.05, 0.0]],
-])
+BOND_W = np.array(
+    [
+        [[1.0, 1.6, 0.9], [1.0, 1.4, 0.5], [1.0, 0.9, 1.2], [1.0, 1.1, 0.0]],
+        [[1.0, 1.4, 0.5], [1.0, 0.4, 0.2], [1.0, 1.3, 0.6], [1.0, 0.5, 0.0]],
+        [[1.0, 0.9, 1.2], [1.0, 1.3, 0.6], [1.0, 0.2, 0.1], [1.0, 0.3, 0.0]],
+        [[1.0, 1.1, 0.0], [1.0, 0.5, 0.0], [1.0, 0.3, 0.0], [1.0, 0.05, 0.0]],
+    ]
+)
 PAIRS = [(i, j) for i in range(N_NODES) for j in range(i + 1, N_NODES)]
 
 
@@ -40,6 +43,7 @@ PAIRS = [(i, j) for i in range(N_NODES) for j in range(i + 1, N_NODES)]
 class Source:
     """One instance of the family: node-type probabilities [N_TYPES] and bond weights
     [N_TYPES, N_TYPES, N_BONDS] (symmetric in the two types; the weight of no bond is 1)."""
+
     type_p: np.ndarray
     bond_w: np.ndarray
 
@@ -48,14 +52,14 @@ class Source:
 
 
 VISIBLE = Source(TYPE_P, BOND_W)
-MARGIN = 0.01            # a drawn instance's bond-order marginals are the visible ones within this
-MIN_KL = 2.0             # ... and the visible source is at least this many nats a graph off its graphs
+MARGIN = 0.01  # a drawn instance's bond-order marginals are the visible ones within this
+MIN_KL = 2.0  # ... and the visible source is at least this many nats a graph off its graphs
 
 
 def _bond_probs(types: np.ndarray, rem: np.ndarray, i: int, j: int, source: Source = VISIBLE) -> np.ndarray:
     """[B, 3] probabilities of the bond order of pair (i, j) given the remaining valences."""
-    w = source.bond_w[types[:, i], types[:, j]].copy()              # [B, 3]
-    cap = np.minimum(rem[:, i], rem[:, j])                           # [B]
+    w = source.bond_w[types[:, i], types[:, j]].copy()  # [B, 3]
+    cap = np.minimum(rem[:, i], rem[:, j])  # [B]
     w[np.arange(3)[None, :] > cap[:, None]] = 0.0
     return w / w.sum(1, keepdims=True)
 

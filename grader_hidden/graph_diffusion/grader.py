@@ -16,6 +16,7 @@ run is served graphs of the instance drawn from the secret `instance` seed (grad
 the meter), and the hidden selection and test splits are its graphs too. A split carries its
 `instance`, so that the Bayes optimum of its graphs is their own source's.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,10 +33,10 @@ from . import generator
 
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 1_000, "test": 4_000, "validation": 1_000}
-TRAIN_GRAPHS = {"smoke": 65_536, "full": 4_194_304}   # ci draws from the smoke split
-if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py)
+TRAIN_GRAPHS = {"smoke": 65_536, "full": 4_194_304}  # ci draws from the smoke split
+if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_GRAPHS = {**TRAIN_GRAPHS, "full": 16_384}
-    SPLITS = {"selection": 128, "test": 256, "validation": 128}   # the hidden splits too: evaluation in seconds
+    SPLITS = {"selection": 128, "test": 256, "validation": 128}  # the hidden splits too: evaluation in seconds
 
 
 def _secrets() -> dict:
@@ -45,6 +46,7 @@ def _secrets() -> dict:
 def _process_module():
     """The pristine repo's process.py (the evaluation worker puts the pristine copy on sys.path)."""
     import process
+
     return process
 
 
@@ -63,8 +65,11 @@ def split(name: str, cfg=None) -> dict:
     splits are graphs of the graded instance; the validation split (data/val.u8) is the visible one's."""
     s = _secrets()
     instance = "visible" if name == "validation" else "graded"
-    return {"graphs": torch.from_numpy(generator.sample(SPLITS[name], s[name], _source(instance)).astype(np.int64)),
-            "noise_seed": int(s[f"noise_{name}"]) % (1 << 62), "instance": instance}
+    return {
+        "graphs": torch.from_numpy(generator.sample(SPLITS[name], s[name], _source(instance)).astype(np.int64)),
+        "noise_seed": int(s[f"noise_{name}"]) % (1 << 62),
+        "instance": instance,
+    }
 
 
 def _bound(model: torch.nn.Module, split: dict, cfg) -> np.ndarray:
@@ -104,7 +109,7 @@ class UniformDenoiser(torch.nn.Module):
         a = self.abar[(t * self.T).round().long()][:, None, None]
         for x, c in zip((nodes, bonds), self.sizes):
             onehot = torch.nn.functional.one_hot(x.long(), c).float()
-            out.append(torch.log(a * onehot + (1 - a) / c))        # q(x_t | x_0 = i), uniform prior
+            out.append(torch.log(a * onehot + (1 - a) / c))  # q(x_t | x_0 = i), uniform prior
         return tuple(out)
 
 
@@ -121,13 +126,19 @@ def materialize(scale: str, dest: Path) -> dict:
     """Write the training split of `scale` and the validation split of the visible source into dest;
     return sha256s."""
     s = _secrets()
-    return write_splits(dest, {f"train_{scale}.u8": generator.sample(TRAIN_GRAPHS[scale], s[f"train_{scale}"]),
-                              "val.u8": generator.sample(SPLITS["validation"], s["validation"])})
+    return write_splits(
+        dest,
+        {
+            f"train_{scale}.u8": generator.sample(TRAIN_GRAPHS[scale], s[f"train_{scale}"]),
+            "val.u8": generator.sample(SPLITS["validation"], s["validation"]),
+        },
+    )
 
 
 def grading_data(scale: str, dest: Path) -> dict:
     """The training split a graded run is served at `scale` (ci reads smoke's): as many graphs as the
     committed one, from the same seed, of the graded instance; return sha256s."""
     name = "smoke" if scale == "ci" else scale
-    return write_splits(dest, {f"train_{name}.u8": generator.sample(TRAIN_GRAPHS[name], _secrets()[f"train_{name}"],
-                                                                   _graded())})
+    return write_splits(
+        dest, {f"train_{name}.u8": generator.sample(TRAIN_GRAPHS[name], _secrets()[f"train_{name}"], _graded())}
+    )

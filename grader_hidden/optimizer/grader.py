@@ -16,6 +16,7 @@ SEQ_LEN symbols. Two instances share no parameters (each predicts the other's te
 uniform guess), so nothing a patch memorises of the visible instance transfers; what the family has
 in common (its structure and sizes) does.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,10 +32,10 @@ from ..common import hmm, lm
 
 HERE = Path(__file__).resolve().parent
 SEQ_LEN = 128
-SPLITS = {"selection": 1024, "test": 4096, "validation": 1024}   # sequences of 128 symbols
+SPLITS = {"selection": 1024, "test": 4096, "validation": 1024}  # sequences of 128 symbols
 VALIDATION_SEQUENCES = SPLITS["validation"]
 TRAIN_SEQUENCES = {"ci": 2_048, "smoke": 16_384, "full": 4_194_304}
-if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py)
+if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_SEQUENCES = {**TRAIN_SEQUENCES, "full": 512}
     SPLITS = {"selection": 128, "test": 256, "validation": 128}
     VALIDATION_SEQUENCES = SPLITS["validation"]
@@ -91,12 +92,23 @@ def materialize(scale: str, dest: Path) -> dict:
     """Write the training split of `scale` (and the validation split) of the visible source into
     dest; return sha256s."""
     s, src = _secrets(), _source()
-    return write_splits(dest, {f"train_{scale}.u8": hmm.sample(src, TRAIN_SEQUENCES[scale], s[f"train_{scale}"], SEQ_LEN),
-                              "val.u8": hmm.sample(src, VALIDATION_SEQUENCES, s["validation"], SEQ_LEN)})
+    return write_splits(
+        dest,
+        {
+            f"train_{scale}.u8": hmm.sample(src, TRAIN_SEQUENCES[scale], s[f"train_{scale}"], SEQ_LEN),
+            "val.u8": hmm.sample(src, VALIDATION_SEQUENCES, s["validation"], SEQ_LEN),
+        },
+    )
 
 
 def grading_data(scale: str, dest: Path) -> dict:
     """The training split a graded run is served at `scale`: as many sequences as the committed one
     (materialize), from the same seed, of the graded instance; return sha256s."""
-    return write_splits(dest, {f"train_{scale}.u8": hmm.sample(_source("graded"), TRAIN_SEQUENCES[scale],
-                                                              _secrets()[f"train_{scale}"], SEQ_LEN)})
+    return write_splits(
+        dest,
+        {
+            f"train_{scale}.u8": hmm.sample(
+                _source("graded"), TRAIN_SEQUENCES[scale], _secrets()[f"train_{scale}"], SEQ_LEN
+            )
+        },
+    )

@@ -22,6 +22,7 @@ kind of source, with this task's own secret seeds) at sequences of SEQ_LEN symbo
 is the dense model's perplexity, not the source's. The agent and the grader's pruning run see the
 materialized calibration split, never the source's parameters or seeds.
 """
+
 from __future__ import annotations
 
 import copy
@@ -41,7 +42,7 @@ from ..common import hmm, lm
 
 HERE = Path(__file__).resolve().parent
 ARTIFACTS = HERE.parent.parent / "repos_frozen" / "pruning" / "artifacts"
-SPLITS = {"selection": 512, "test": 2048, "validation": 512}   # sequences of 64 symbols
+SPLITS = {"selection": 512, "test": 2048, "validation": 512}  # sequences of 64 symbols
 VOCAB, SEQ_LEN = hmm.VOCAB, 64
 
 SPARSITY = 0.75
@@ -56,14 +57,14 @@ DENSE_SHA256 = {"dense_small": "cf63f05a7c9ca96e8cbdabe371bd7c9e2eee3e08fd02f672
 REPO_FILES = {"pretrain_small": 16_000, "calib_ci": 256, "calib_smoke": 1024, "val": SPLITS["validation"]}
 CALIB_FILE_SEQUENCES = {"ci": 256, "smoke": 1024, "full": 16_384}
 PRETRAIN_FULL_SEQUENCES = 640_000
-if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py); the repo's config.py agrees
+if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py); the repo's config.py agrees
     ARCH = {**ARCH, "dense_full": dict(n_layer=2, n_embd=32, n_head=2)}
     CALIB_FILE_SEQUENCES = {**CALIB_FILE_SEQUENCES, "full": 128}
-    PRETRAIN_FULL_SEQUENCES = 9_600       # the repo's 300 shrunk pretraining steps of 32
-    SPLITS = {"selection": 128, "test": 256, "validation": 128}   # the hidden splits too: evaluation in seconds
+    PRETRAIN_FULL_SEQUENCES = 9_600  # the repo's 300 shrunk pretraining steps of 32
+    SPLITS = {"selection": 128, "test": 256, "validation": 128}  # the hidden splits too: evaluation in seconds
 
-_last_dense = "dense_small"     # the dense model of the last model seen (anchors pass cfg=None)
-_last_own = None                # ... and, for your own model, (its dense file, a copy of that model)
+_last_dense = "dense_small"  # the dense model of the last model seen (anchors pass cfg=None)
+_last_own = None  # ... and, for your own model, (its dense file, a copy of that model)
 
 
 def _secrets() -> dict:
@@ -81,6 +82,7 @@ def split(name: str, cfg=None) -> np.ndarray:
 
 # --------------------------------------------------------------------------- the dense model
 
+
 def is_prunable(name: str) -> bool:
     return name.startswith("transformer.h.") and name.endswith(PRUNABLE)
 
@@ -89,6 +91,7 @@ def is_prunable(name: str) -> bool:
 def dense_state(dense: str) -> dict:
     """name -> tensor of the committed dense model, after checking its sha256."""
     from safetensors.torch import load
+
     path = ARTIFACTS / f"{dense}.safetensors"
     raw = path.read_bytes()
     expected = DENSE_SHA256.get(dense)
@@ -102,6 +105,7 @@ def dense_state(dense: str) -> dict:
 
 # --------------------------------------------------------------------------- your own model
 
+
 def _own_file(model: torch.nn.Module | None) -> str | None:
     """The dense file of your own model (set by the pristine build_model); None: the repo's GPT."""
     return getattr(model, "dense_file", None) if model is not None else None
@@ -111,6 +115,7 @@ def _own_file(model: torch.nn.Module | None) -> str | None:
 def own_dense_state(path: str) -> dict:
     """name -> tensor of your own model's dense weights, after checking their sha256."""
     from safetensors.torch import load
+
     path = Path(path)
     raw = path.read_bytes()
     sums = dict(reversed(line.split()) for line in (path.parent / "SHA256SUMS").read_text().splitlines())
@@ -122,9 +127,11 @@ def own_dense_state(path: str) -> dict:
 def own_prunable(model: torch.nn.Module) -> set:
     """The prunable tensors of your own model: the weights of its linear layers but the LM head."""
     from transformers.pytorch_utils import Conv1D
+
     head = model.lm.get_output_embeddings()
-    return {f"{n}.weight" for n, m in model.named_modules()
-            if isinstance(m, (torch.nn.Linear, Conv1D)) and m is not head}
+    return {
+        f"{n}.weight" for n, m in model.named_modules() if isinstance(m, (torch.nn.Linear, Conv1D)) and m is not head
+    }
 
 
 def _remember(model: torch.nn.Module | None) -> None:
@@ -134,7 +141,7 @@ def _remember(model: torch.nn.Module | None) -> None:
         f = _own_file(model)
         if f is None:
             _last_own = None
-        elif _last_own is None or _last_own[0] != f:     # one copy per dense file: its weights are replaced
+        elif _last_own is None or _last_own[0] != f:  # one copy per dense file: its weights are replaced
             _last_own = (f, copy.deepcopy(model).cpu())
 
 
@@ -161,8 +168,18 @@ def _dense_name(model: torch.nn.Module | None, cfg) -> str:
 def dense_model(dense: str, device="cpu") -> torch.nn.Module:
     """The dense model, built here exactly as the repo's model.build_model builds it."""
     from transformers import GPT2Config, GPT2LMHeadModel
-    cfg = GPT2Config(vocab_size=VOCAB, n_positions=SEQ_LEN, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                     bos_token_id=None, eos_token_id=None, tie_word_embeddings=True, **ARCH[dense])
+
+    cfg = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=SEQ_LEN,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=None,
+        eos_token_id=None,
+        tie_word_embeddings=True,
+        **ARCH[dense],
+    )
     model = GPT2LMHeadModel(cfg).float()
     model.load_state_dict(dense_state(dense), strict=False)
     return model.to(device).eval()
@@ -187,15 +204,21 @@ def check_pruned(model: torch.nn.Module, cfg=None) -> list[str]:
             total += t.numel()
             changed = int(((t != 0) & (t.view(torch.int32) != dense[name].view(torch.int32))).sum())
             if changed:
-                problems.append(f"{name}: {changed} kept weights differ from the dense model's "
-                                f"(a weight is either pruned to zero or kept as it is)")
+                problems.append(
+                    f"{name}: {changed} kept weights differ from the dense model's "
+                    f"(a weight is either pruned to zero or kept as it is)"
+                )
         elif not torch.equal(t.view(torch.int32), dense[name].view(torch.int32)):
-            problems.append(f"{name} is not prunable and differs from the dense model "
-                            f"({int((t.view(torch.int32) != dense[name].view(torch.int32)).sum())} values)")
+            problems.append(
+                f"{name} is not prunable and differs from the dense model "
+                f"({int((t.view(torch.int32) != dense[name].view(torch.int32)).sum())} values)"
+            )
     allowed = math.floor((1.0 - SPARSITY) * total)
     if total and nonzero > allowed:
-        problems.append(f"{nonzero} nonzero weights in the prunable tensors, at most {allowed} allowed "
-                        f"(sparsity {1 - nonzero / total:.4f} < {SPARSITY})")
+        problems.append(
+            f"{nonzero} nonzero weights in the prunable tensors, at most {allowed} allowed "
+            f"(sparsity {1 - nonzero / total:.4f} < {SPARSITY})"
+        )
     return problems
 
 
@@ -205,6 +228,7 @@ def _is_no_information(model: torch.nn.Module) -> bool:
 
 
 # --------------------------------------------------------------------------- the metric
+
 
 def _nll(model: torch.nn.Module, tokens: np.ndarray) -> np.ndarray:
     """Per-sequence mean -log p(x_t | x_<t), t = 1..T-1, as float64 [N], 128 sequences at a time."""
@@ -261,18 +285,23 @@ def best_attainable(split: np.ndarray, cfg=None) -> float:
 
 # --------------------------------------------------------------------------- data
 
+
 def write_repo_data(dest: Path) -> dict:
     """The committed data/ of the repo: pretraining corpus of the small model, calibration splits, validation."""
     s, src = _secrets(), _source()
-    return write_splits(dest, {f"{n}.u8": hmm.sample(src, k, s["validation" if n == "val" else n], SEQ_LEN)
-                               for n, k in REPO_FILES.items()})
+    return write_splits(
+        dest,
+        {f"{n}.u8": hmm.sample(src, k, s["validation" if n == "val" else n], SEQ_LEN) for n, k in REPO_FILES.items()},
+    )
 
 
 def materialize(scale: str, dest: Path) -> dict:
     """Write the calibration split of `scale` (and the validation split; at full the pretraining corpus)."""
     s, src = _secrets(), _source()
-    files = {f"calib_{scale}.u8": hmm.sample(src, CALIB_FILE_SEQUENCES[scale], s[f"calib_{scale}"], SEQ_LEN),
-             "val.u8": hmm.sample(src, SPLITS["validation"], s["validation"], SEQ_LEN)}
+    files = {
+        f"calib_{scale}.u8": hmm.sample(src, CALIB_FILE_SEQUENCES[scale], s[f"calib_{scale}"], SEQ_LEN),
+        "val.u8": hmm.sample(src, SPLITS["validation"], s["validation"], SEQ_LEN),
+    }
     if scale == "full":
         files["pretrain_full.u8"] = hmm.sample(src, PRETRAIN_FULL_SEQUENCES, s["pretrain_full"], SEQ_LEN)
     return write_splits(dest, files)

@@ -8,6 +8,7 @@ and the validation split, follows rule.VISIBLE; a graded training run is served 
 the instance drawn from the secret `rule` seed (grading_data, held by the meter), and the hidden
 selection and test splits follow that instance too.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,12 +23,12 @@ from ai4ai.core.hidden import shrunk, write_splits
 from . import rule
 
 HERE = Path(__file__).resolve().parent
-SPLITS = {"selection": 4_000, "test": 96_000, "validation": 4_000}     # pairs, clean labels, no ties
-TRAIN_PAIRS = {"ci": 1_024, "smoke": 4_096, "full": 4_194_304}       # labels from the raters
-if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py)
+SPLITS = {"selection": 4_000, "test": 96_000, "validation": 4_000}  # pairs, clean labels, no ties
+TRAIN_PAIRS = {"ci": 1_024, "smoke": 4_096, "full": 4_194_304}  # labels from the raters
+if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_PAIRS = {**TRAIN_PAIRS, "full": 1_024}
-    SPLITS = {"selection": 256, "test": 512, "validation": 256}   # the hidden splits too: evaluation in seconds
-UNLABELLED = 32_768                                                    # sequences for the base LM
+    SPLITS = {"selection": 256, "test": 512, "validation": 256}  # the hidden splits too: evaluation in seconds
+UNLABELLED = 32_768  # sequences for the base LM
 SEQ = rule.SEQ_LEN
 
 
@@ -62,8 +63,13 @@ def split(name: str, cfg=None) -> dict:
 def from_rows(rows: np.ndarray) -> dict:
     """Pair rows [N, >= 2 * SEQ + 1] (a, b, label, ...) as a split of independent pairs."""
     n = len(rows)
-    return {"seqs": np.concatenate([rows[:, :SEQ], rows[:, SEQ:2 * SEQ]]), "a": np.arange(n),
-            "b": np.arange(n, 2 * n), "label": rows[:, 2 * SEQ].copy(), "group": np.arange(n)}
+    return {
+        "seqs": np.concatenate([rows[:, :SEQ], rows[:, SEQ : 2 * SEQ]]),
+        "a": np.arange(n),
+        "b": np.arange(n, 2 * n),
+        "label": rows[:, 2 * SEQ].copy(),
+        "group": np.arange(n),
+    }
 
 
 @torch.no_grad()
@@ -71,8 +77,8 @@ def rewards(model: torch.nn.Module, tokens: np.ndarray) -> np.ndarray:
     """The model's reward of each sequence [N, SEQ] as float64 [N]."""
     x = torch.from_numpy(tokens.astype(np.int64))
     device = next(model.parameters()).device
-    batch = 256 if device.type == "cpu" else 4096      # small batches are fastest on a CPU
-    out = [model(x[i:i + batch].to(device)).double().cpu().numpy() for i in range(0, len(x), batch)]
+    batch = 256 if device.type == "cpu" else 4096  # small batches are fastest on a CPU
+    out = [model(x[i : i + batch].to(device)).double().cpu().numpy() for i in range(0, len(x), batch)]
     return np.concatenate(out).reshape(-1)
 
 
@@ -131,13 +137,24 @@ def best_attainable(split: dict, cfg=None) -> float:
 def materialize(scale: str, dest: Path) -> dict:
     """Write the training split of `scale`, the validation split and the unlabelled sequences; return sha256s."""
     s = _secrets()
-    return write_splits(dest, {f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], s[f"train_{scale}"], raters=True),
-                              "val.u8": validation_rows(),
-                              "unlabelled.u8": rule.unlabelled(UNLABELLED, s["unlabelled"])})
+    return write_splits(
+        dest,
+        {
+            f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], s[f"train_{scale}"], raters=True),
+            "val.u8": validation_rows(),
+            "unlabelled.u8": rule.unlabelled(UNLABELLED, s["unlabelled"]),
+        },
+    )
 
 
 def grading_data(scale: str, dest: Path) -> dict:
     """The training pairs a graded run is served at `scale`: the same recipe as the committed ones
     (materialize), labelled by the graded instance of the rule and its raters; return sha256s."""
-    return write_splits(dest, {f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], _secrets()[f"train_{scale}"],
-                                                              raters=True, rule=graded_rule())})
+    return write_splits(
+        dest,
+        {
+            f"train_{scale}.u8": rule.pairs(
+                TRAIN_PAIRS[scale], _secrets()[f"train_{scale}"], raters=True, rule=graded_rule()
+            )
+        },
+    )

@@ -32,6 +32,7 @@ the hidden selection and test splits all follow that instance, so a rule read of
 and written into train.py ranks the grader's pairs by the wrong features; what a training algorithm
 learns from the pairs it is served transfers.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,10 +43,10 @@ PAD, SEP, END, FIRST = 0, 1, 2, 3
 N_LETTERS = 8
 PROMPT_LEN = 3
 MIN_LEN, MAX_LEN = 8, 16
-SEQ_LEN = 24            # 3 + 1 + 16 + 1 = 21 used at most
-FLIP = (0.1, 0.1, 0.8, 0.1, 0.1, 0.8, 0.1, 0.1)   # per rater: the chance that its label is flipped
-NOISE = sum(FLIP) / len(FLIP)                    # share of training labels flipped (0.275)
-NO_RATER = 255                                   # the rater byte of clean (hidden and validation) pairs
+SEQ_LEN = 24  # 3 + 1 + 16 + 1 = 21 used at most
+FLIP = (0.1, 0.1, 0.8, 0.1, 0.1, 0.8, 0.1, 0.1)  # per rater: the chance that its label is flipped
+NOISE = sum(FLIP) / len(FLIP)  # share of training labels flipped (0.275)
+NO_RATER = 255  # the rater byte of clean (hidden and validation) pairs
 
 
 def _rng(seed: int) -> np.random.Generator:
@@ -57,7 +58,7 @@ def _responses(rng: np.random.Generator, prompts: np.ndarray) -> tuple[np.ndarra
     n = len(prompts)
     lengths = rng.integers(MIN_LEN, MAX_LEN + 1, size=n)
     r = rng.integers(0, N_LETTERS, size=(n, MAX_LEN))
-    sort = rng.random(n) < 0.45                              # C true about half the time
+    sort = rng.random(n) < 0.45  # C true about half the time
     r[sort, :4] = np.sort(r[sort, :4], axis=1)
     return r, lengths
 
@@ -66,7 +67,7 @@ def _edit(rng: np.random.Generator, r: np.ndarray, lengths: np.ndarray) -> tuple
     """A small edit of each response: 1-2 letters replaced, or the length changed."""
     r, lengths = r.copy(), lengths.copy()
     n = len(r)
-    kind = rng.integers(0, 3, size=n)                        # 0: one letter, 1: two letters, 2: length
+    kind = rng.integers(0, 3, size=n)  # 0: one letter, 1: two letters, 2: length
     for k in (1, 2):
         sel = kind < k + 1 if k == 1 else kind == 1
         pos = (rng.random(n) * lengths).astype(int)
@@ -81,15 +82,16 @@ class Rule:
     """One instance of the rule family (see the module docstring). A feature that compares a response
     letter with a prompt letter names the response's end (`first` or `last` letter), the prompt
     position (0-2) and the direction (`above`: the response letter ranks above the prompt's)."""
+
     a_end: str = "last"
     a_pos: int = 0
     a_above: bool = True
     b_end: str = "first"
     b_pos: int = 1
     b_above: bool = False
-    d_pos: int = 2              # the prompt letter that picks D's length band
-    d_low_short: bool = True    # prompt letter a-d picks 8-11 (else 13-16)
-    flip: tuple = FLIP          # per rater: the chance that its label is flipped
+    d_pos: int = 2  # the prompt letter that picks D's length band
+    d_low_short: bool = True  # prompt letter a-d picks 8-11 (else 13-16)
+    flip: tuple = FLIP  # per rater: the chance that its label is flipped
 
 
 VISIBLE = Rule()
@@ -141,7 +143,7 @@ def encode(prompts: np.ndarray, r: np.ndarray, lengths: np.ndarray) -> np.ndarra
     start = PROMPT_LEN + 1
     pos = np.arange(MAX_LEN)[None, :]
     body = np.where(pos < lengths[:, None], r + FIRST, PAD)
-    out[:, start:start + MAX_LEN] = body
+    out[:, start : start + MAX_LEN] = body
     out[np.arange(n), start + lengths] = END
     return out
 
@@ -196,7 +198,7 @@ def _independent_groups(rng: np.random.Generator, g: int, k: int, rule: Rule):
     r, lengths = _responses(rng, prompts)
     sc = score(prompts, r, lengths, rule).reshape(g, k)
     ti, tj = np.triu_indices(k, 1)
-    grp, p = np.nonzero(sc[:, ti] != sc[:, tj])              # row-major: ordered by group
+    grp, p = np.nonzero(sc[:, ti] != sc[:, tj])  # row-major: ordered by group
     return encode(prompts, r, lengths), grp * k + ti[p], grp * k + tj[p], grp
 
 
@@ -232,13 +234,13 @@ def grouped(n: int, seed: int, k: int = 4, rule: Rule = VISIBLE) -> dict:
     for make, want in ((_independent_groups, n - n // 2), (_edit_groups, n // 2)):
         have = 0
         while have < want:
-            g = max(16, (want - have) // 2)                   # at least 2 untied pairs per group
+            g = max(16, (want - have) // 2)  # at least 2 untied pairs per group
             s, a, b, gr = make(rng, g, k, rule)
-            a, b, gr = a[:want - have], b[:want - have], gr[:want - have]
-            used, inverse = np.unique(np.concatenate([a, b]), return_inverse=True)   # score only what is paired
+            a, b, gr = a[: want - have], b[: want - have], gr[: want - have]
+            used, inverse = np.unique(np.concatenate([a, b]), return_inverse=True)  # score only what is paired
             seqs.append(s[used])
-            ia.append(inverse[:len(a)] + n_seq)
-            ib.append(inverse[len(a):] + n_seq)
+            ia.append(inverse[: len(a)] + n_seq)
+            ib.append(inverse[len(a) :] + n_seq)
             grp.append(gr + n_grp)
             n_seq, n_grp, have = n_seq + len(used), n_grp + g, have + len(a)
     seqs = np.concatenate(seqs)
@@ -259,7 +261,7 @@ def rule_scores(tokens: np.ndarray, rule: Rule = VISIBLE) -> np.ndarray:
     """The rule's score of encoded sequences [N, SEQ_LEN] (for tests and the perfect reward)."""
     t = tokens.astype(np.int64)
     prompts = t[:, :PROMPT_LEN] - FIRST
-    body = t[:, PROMPT_LEN + 1:PROMPT_LEN + 1 + MAX_LEN]
-    lengths = np.argmax(t[:, PROMPT_LEN + 1:] == END, axis=1)
+    body = t[:, PROMPT_LEN + 1 : PROMPT_LEN + 1 + MAX_LEN]
+    lengths = np.argmax(t[:, PROMPT_LEN + 1 :] == END, axis=1)
     r = np.where(body >= FIRST, body - FIRST, 0)
     return score(prompts, r, lengths, rule)

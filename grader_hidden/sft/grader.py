@@ -10,6 +10,7 @@ run starts from a base the repo's own prepare.py pretrained on the graded table'
 that table's training split (grading_data, from the secret `instance` seed), and the hidden selection
 and test problems are its problems. 936 facts fit in a patch; the graded table's are nowhere in it.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,18 +33,18 @@ HERE = Path(__file__).resolve().parent
 # pass over it takes ~30 s on one CPU thread at ci/smoke.
 SPLITS = {"selection": 1024, "test": 32000, "validation": 1024}
 TRAIN_EXAMPLES = {"ci": 4_096, "smoke": 24_576, "full": 4_194_304}
-if shrunk():      # full at CPU sizes (tests/test_full_shrunk.py)
+if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_EXAMPLES = {**TRAIN_EXAMPLES, "full": 512}
-    SPLITS = {"selection": 128, "test": 256, "validation": 128}   # the hidden splits too: evaluation in seconds
+    SPLITS = {"selection": 128, "test": 256, "validation": 128}  # the hidden splits too: evaluation in seconds
 PRETRAIN_ROWS = 8_192
 BATCH = 1024
 
 
 @dataclass(frozen=True)
 class Split:
-    rows: np.ndarray        # [N, SEQ_LEN] uint8: <bos> prompt completion <eos> <pad>...
+    rows: np.ndarray  # [N, SEQ_LEN] uint8: <bos> prompt completion <eos> <pad>...
     prompt_len: np.ndarray  # [N]: tokens up to and including ':'
-    answers: list           # the right final value of each problem, as text
+    answers: list  # the right final value of each problem, as text
 
 
 def _secrets() -> dict:
@@ -58,8 +59,9 @@ def _table(instance: str = "visible") -> np.ndarray:
 def split(name: str, cfg=None) -> Split:
     """A split of problems, regenerated from its secret seed: the selection and test problems are the
     graded table's; the validation split (committed as data/val.u8) is the visible table's."""
-    rows, plen, answers = P.problems(_table("visible" if name == "validation" else "graded"), SPLITS[name],
-                                     _secrets()[name])
+    rows, plen, answers = P.problems(
+        _table("visible" if name == "validation" else "graded"), SPLITS[name], _secrets()[name]
+    )
     return Split(rows, plen, answers)
 
 
@@ -74,7 +76,7 @@ def generate(model: torch.nn.Module, data: Split) -> list[str | None]:
     for L in sorted(set(data.prompt_len.tolist())):
         rows = np.nonzero(data.prompt_len == L)[0]
         for i in range(0, len(rows), BATCH):
-            idx = rows[i:i + BATCH]
+            idx = rows[i : i + BATCH]
             x = to_model(torch.from_numpy(data.rows[idx, :L].astype(np.int64)).to(device))
             res = model(input_ids=x, use_cache=True)
             toks, finite, ended = [], torch.ones(len(idx), dtype=torch.bool, device=device), None
@@ -98,7 +100,7 @@ def final_answer(completion: str | None) -> str | None:
     """The value after the last '>' of a completion, or None when it has none."""
     if not completion or ">" not in completion:
         return None
-    return completion[completion.rfind(">") + 1:]
+    return completion[completion.rfind(">") + 1 :]
 
 
 def correct(model: torch.nn.Module, data: Split) -> np.ndarray:
@@ -129,9 +131,14 @@ def materialize(scale: str, dest: Path) -> dict:
     """Write the training split of `scale`, the validation split and the pretraining corpus, of the
     visible table."""
     s, table = _secrets(), _table()
-    return write_splits(dest, {f"train_{scale}.u8": P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0],
-                               "val.u8": P.problems(table, SPLITS["validation"], s["validation"])[0],
-                               "pretrain.u8": P.warmup(table, PRETRAIN_ROWS, s["pretrain"])})
+    return write_splits(
+        dest,
+        {
+            f"train_{scale}.u8": P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0],
+            "val.u8": P.problems(table, SPLITS["validation"], s["validation"])[0],
+            "pretrain.u8": P.warmup(table, PRETRAIN_ROWS, s["pretrain"]),
+        },
+    )
 
 
 def grading_data(scale: str, dest: Path) -> dict:
@@ -139,5 +146,10 @@ def grading_data(scale: str, dest: Path) -> dict:
     files: the training split (served by the meter) and the pretraining corpus, from which the repo's
     own prepare step makes the graded run's base model (data.grading_artifacts)."""
     s, table = _secrets(), _table("graded")
-    return write_splits(dest, {f"train_{scale}.u8": P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0],
-                               "pretrain.u8": P.warmup(table, PRETRAIN_ROWS, s["pretrain"])})
+    return write_splits(
+        dest,
+        {
+            f"train_{scale}.u8": P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0],
+            "pretrain.u8": P.warmup(table, PRETRAIN_ROWS, s["pretrain"]),
+        },
+    )

@@ -2,6 +2,7 @@
 
 Must agree with repos_frozen/sft/config.py (vocabulary, format); tests check that it does.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,7 @@ CHARS = VALUES + OPERATORS + "=;:>"
 STOI = {c: i + 3 for i, c in enumerate(CHARS)}
 ITOS = {i + 3: c for i, c in enumerate(CHARS)}
 SEQ_LEN = 64
-K_MIN, K_MAX = 6, 6                     # operators per problem
+K_MIN, K_MAX = 6, 6  # operators per problem
 M, N_OPS = len(VALUES), len(OPERATORS)
 # operator frequencies follow a Zipf law of exponent ZIPF (operator `a` is the most common, `z`
 # the rarest), in problems and in the pretraining facts alike: 36 x 26 = 936 facts, the rarest
@@ -73,7 +74,7 @@ def problems(table: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarr
     for i in range(n):
         prompt, completion, answer = problem(table, rng)
         ids = [BOS] + encode(prompt + completion) + [EOS]
-        rows[i, :len(ids)] = ids
+        rows[i, : len(ids)] = ids
         plen[i] = 1 + len(prompt)
         answers.append(answer)
     return rows, plen, answers
@@ -90,5 +91,5 @@ def warmup(table: np.ndarray, n: int, seed: int) -> np.ndarray:
     for i in range(n):
         prompt, completion, _ = problem(table, rng, k_min=1)
         ids = [BOS] + encode(prompt + completion) + [EOS]
-        rows[i, :len(ids)] = ids
+        rows[i, : len(ids)] = ids
     return rows

@@ -15,6 +15,7 @@ and marks it with `memorised_file`, the memorised weights of its derived repo
 (byom/memorised.safetensors, made once by its prepare step and checked against byom/SHA256SUMS
 beside it): the perplexity bound is relative to that model.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,14 +36,16 @@ HERE = Path(__file__).resolve().parent
 ARTIFACTS = HERE.parent.parent / "repos_frozen" / "unlearning" / "artifacts"
 # the prepared models the bound is relative to, pinned (ci and smoke share memorised_small)
 ARTIFACT_SHA256 = {"memorised_small": "e6a59782b1c7a581266e23c0056101ef05a93f59976a151ff2510e5f95e683e2"}
-PPL_BOUND = 1.5            # general-text perplexity above 1.5 x the prepared model's scores 0
+PPL_BOUND = 1.5  # general-text perplexity above 1.5 x the prepared model's scores 0
 TEXT_SEQUENCES = {"selection": 256, "test": 512, "validation": 256}
 # sizes in facts (forget + held-out retain)
 # The forget set is given to the algorithm and is scored whole in every split; the retain facts
 # of the splits are disjoint: selection and validation held out, test = held out + the visible ones.
-SPLITS = {"selection": source.GROUPS["forget"] + source.GROUPS["retain_selection"],
-          "test": source.GROUPS["forget"] + source.GROUPS["retain_test"] + source.GROUPS["retain"],
-          "validation": source.GROUPS["forget"] + source.GROUPS["retain_validation"]}
+SPLITS = {
+    "selection": source.GROUPS["forget"] + source.GROUPS["retain_selection"],
+    "test": source.GROUPS["forget"] + source.GROUPS["retain_test"] + source.GROUPS["retain"],
+    "validation": source.GROUPS["forget"] + source.GROUPS["retain_validation"],
+}
 TEXT_TRAIN_SEQUENCES = 20_000
 
 
@@ -68,12 +71,16 @@ def _text(name: str, n: int) -> np.ndarray:
 def split(name: str, cfg=None) -> dict:
     """A hidden split: forget facts, retain facts and general text, regenerated from secret seeds."""
     f = _facts()
-    retain = {"selection": f["retain_selection"], "validation": f["retain_validation"],
-              "test": np.concatenate([f["retain_test"], f["retain"]])}[name]
+    retain = {
+        "selection": f["retain_selection"],
+        "validation": f["retain_validation"],
+        "test": np.concatenate([f["retain_test"], f["retain"]]),
+    }[name]
     return {"name": name, "forget": f["forget"], "retain": retain, "text": _text(f"text_{name}", TEXT_SEQUENCES[name])}
 
 
 # ------------------------------------------------------------------------------ measurement
+
 
 def _t(a: np.ndarray, device) -> torch.Tensor:
     return torch.from_numpy(a.astype(np.int64)).to(device)
@@ -86,11 +93,11 @@ def _correct(model: torch.nn.Module, facts: np.ndarray, batch: int = 1024) -> np
     x = _t(facts, device)
     out = []
     for i in range(0, len(x), batch):
-        b = x[i:i + batch]
+        b = x[i : i + batch]
         if _own_file(model):
-            logits = model(input_ids=b[:, :source.VALUE_POS], logits_to_keep=1).logits[:, -1].double()
+            logits = model(input_ids=b[:, : source.VALUE_POS], logits_to_keep=1).logits[:, -1].double()
         else:
-            h = model.transformer(input_ids=b[:, :source.VALUE_POS]).last_hidden_state[:, -1]
+            h = model.transformer(input_ids=b[:, : source.VALUE_POS]).last_hidden_state[:, -1]
             logits = model.lm_head(h).double()
         ok = (logits.argmax(-1) == b[:, source.VALUE_POS]) & torch.isfinite(logits).all(-1)
         out.append(ok.cpu().numpy())
@@ -103,7 +110,7 @@ def _ppl(model: torch.nn.Module, text: np.ndarray, batch: int = 128) -> float:
     x = _t(text, device)
     total = 0.0
     for i in range(0, len(x), batch):
-        b = x[i:i + batch]
+        b = x[i : i + batch]
         logp = torch.log_softmax(model(input_ids=b).logits[:, :-1].float(), -1)
         total += float(-logp.gather(-1, b[:, 1:, None]).double().sum())
     v = math.exp(total / (x.shape[0] * (x.shape[1] - 1))) if math.isfinite(total) else math.inf
@@ -123,6 +130,7 @@ def _own_reference(model: torch.nn.Module, path: str) -> torch.nn.Module:
     import copy
 
     from safetensors.torch import load
+
     path = Path(path)
     raw = path.read_bytes()
     sums = dict(reversed(line.split()) for line in (path.parent / "SHA256SUMS").read_text().splitlines())
@@ -136,6 +144,7 @@ def _own_reference(model: torch.nn.Module, path: str) -> torch.nn.Module:
 def _reference_ppl(model: torch.nn.Module, text: np.ndarray) -> float:
     """Perplexity of the prepared (memorised) model with the same architecture on `text`."""
     import copy
+
     own = _own_file(model)
     if own:
         key = (own, hashlib.sha256(text.tobytes()).hexdigest())
@@ -197,18 +206,22 @@ def evaluate_with_noise(model: torch.nn.Module, split: dict, cfg=None) -> tuple[
     s = f + r
     if s <= 0:
         return raw, 0.0
-    df, dr = 2 * r * r / s ** 2, 2 * f * f / s ** 2
-    var = (df ** 2 * m["forget"].var(ddof=1) / len(m["forget"])
-           + dr ** 2 * m["retain"].var(ddof=1) / len(m["retain"]))
+    df, dr = 2 * r * r / s**2, 2 * f * f / s**2
+    var = df**2 * m["forget"].var(ddof=1) / len(m["forget"]) + dr**2 * m["retain"].var(ddof=1) / len(m["retain"])
     return raw, float(math.sqrt(var))
 
 
 def details(model: torch.nn.Module, split: dict) -> dict:
     """Forget and retain accuracy, perplexity and its bound (for tests and diagnosis)."""
     m = _measure(model, split)
-    return {"forget_acc": float(m["forget"].mean()), "retain_acc": float(m["retain"].mean()),
-            "ppl": m["ppl"], "ref_ppl": m["ref_ppl"], "valid": bool(m["valid"]),
-            "metric": score(m["forget"].mean(), m["retain"].mean(), m["ppl"], m["ref_ppl"])}
+    return {
+        "forget_acc": float(m["forget"].mean()),
+        "retain_acc": float(m["retain"].mean()),
+        "ppl": m["ppl"],
+        "ref_ppl": m["ref_ppl"],
+        "valid": bool(m["valid"]),
+        "metric": score(m["forget"].mean(), m["retain"].mean(), m["ppl"], m["ref_ppl"]),
+    }
 
 
 def uninformative(model: torch.nn.Module) -> torch.nn.Module:
@@ -221,16 +234,29 @@ def uninformative(model: torch.nn.Module) -> torch.nn.Module:
 
 # ------------------------------------------------------------------------------ files
 
+
 def materialize(scale: str, dest: Path) -> dict:
     """The repo's data files (the same at every scale): forget set, visible retain subset, validation."""
     f = _facts()
     val = split("validation")
-    return write_splits(dest, {"forget.npy": f["forget"], "retain.npy": f["retain"],
-                               "val_retain.npy": val["retain"], "val_text.npy": val["text"]})
+    return write_splits(
+        dest,
+        {
+            "forget.npy": f["forget"],
+            "retain.npy": f["retain"],
+            "val_retain.npy": val["retain"],
+            "val_text.npy": val["text"],
+        },
+    )
 
 
 def prepare_data(dest: Path) -> dict:
     """What prepare.py memorises: every fact, and a general-text corpus. Never committed to the repo."""
     f = _facts()
-    return write_splits(dest, {"facts_all.npy": np.concatenate(list(f.values())),
-                               "text_train.npy": _text("general_train", TEXT_TRAIN_SEQUENCES)})
+    return write_splits(
+        dest,
+        {
+            "facts_all.npy": np.concatenate(list(f.values())),
+            "text_train.npy": _text("general_train", TEXT_TRAIN_SEQUENCES),
+        },
+    )

@@ -10,6 +10,7 @@ drawn from a secret seed among N_NAME_SYMBOLS**NAME_LEN (64**5 ~ 1.07e9) names, 
 facts an agent is not shown (other facts of the entities it forgets included) cannot be listed.
 General text is letters and spaces.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,7 @@ FACT_LEN, VALUE_POS = NAME_LEN + 3, NAME_LEN + 2
 TEXT_LEN = 32
 
 # the facts, in a secret random order, are cut into these groups (sizes in facts)
-GROUPS = {"forget": 6000, "retain": 1000, "retain_validation": 250, "retain_selection": 250,
-          "retain_test": 4500}
+GROUPS = {"forget": 6000, "retain": 1000, "retain_validation": 250, "retain_selection": 250, "retain_test": 4500}
 assert sum(GROUPS.values()) == FACTS_PER_ENTITY * N_ENTITIES
 
 
@@ -39,19 +39,18 @@ def all_facts(seed: int) -> dict[str, np.ndarray]:
     n = FACTS_PER_ENTITY * N_ENTITIES
     ent = np.repeat(np.arange(N_ENTITIES), FACTS_PER_ENTITY)
     names = rng.integers(0, N_NAME_SYMBOLS, size=(n, NAME_LEN))
-    while True:                                   # redraw any repeated name (rare: 12,000 of 1.07e9)
+    while True:  # redraw any repeated name (rare: 12,000 of 1.07e9)
         _, first = np.unique(names, axis=0, return_index=True)
         dup = np.setdiff1d(np.arange(n), first)
         if len(dup) == 0:
             break
         names[dup] = rng.integers(0, N_NAME_SYMBOLS, size=(len(dup), NAME_LEN))
     val = rng.integers(0, N_VALUES, size=n)
-    facts = np.concatenate([np.full((n, 1), NEWLINE), NAME0 + names, ENTITY0 + ent[:, None],
-                            VALUE0 + val[:, None]], 1)
+    facts = np.concatenate([np.full((n, 1), NEWLINE), NAME0 + names, ENTITY0 + ent[:, None], VALUE0 + val[:, None]], 1)
     facts = facts[rng.permutation(n)].astype(np.uint16)
     out, i = {}, 0
     for name, k in GROUPS.items():
-        out[name] = facts[i:i + k]
+        out[name] = facts[i : i + k]
         i += k
     return out
 
@@ -82,5 +81,5 @@ def general_text(n: int, lex, seed: int) -> np.ndarray:
             w = int(nxt[w, min(int(np.searchsorted(cum[w], rng.random())), nxt.shape[1] - 1)])
             s += " " + words[w]
         off = int(rng.integers(0, 8))
-        out[i] = [SPACE if c == " " else LETTER0 + ord(c) - 97 for c in s[off:off + TEXT_LEN]]
+        out[i] = [SPACE if c == " " else LETTER0 + ord(c) - 97 for c in s[off : off + TEXT_LEN]]
     return out

@@ -1,4 +1,5 @@
 """The real coding-agent CLIs at the versions pinned in .ci/agent-clis.txt (installed by .ci/run)."""
+
 from __future__ import annotations
 
 import json

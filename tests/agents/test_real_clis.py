@@ -6,6 +6,7 @@ the agent config, and the key appears nowhere in the run directory. The agent-le
 (window, cap, 429) run in the default suite; the full runs through `pipeline.run` (graded) are
 marked slow and run by .ci/run.
 """
+
 import json
 import shutil
 import time
@@ -56,11 +57,29 @@ def _ctx(tmp_path: Path, cfg: dict, window_s: float) -> AgentContext:
     ws = tmp_path / "ws"
     shutil.copytree(PROJECT_ROOT / "repos_frozen" / "optimizer", ws, ignore=shutil.ignore_patterns("__pycache__"))
     from ai4ai.window.proxy import client_bin
+
     # the pipeline's own agent sandbox (no proxy server behind its socket: these sessions never call it)
-    sb = agent_sandbox("bwrap", ws, tmp_path / "agent_home", client_bin(tmp_path), tmp_path / "proxy_sock",
-                       network=False, threads=1, scale="ci", window_s=window_s, deadline=time.time() + window_s)
-    return AgentContext(workspace=ws, instructions="Improve the training algorithm.", window_s=window_s, sandbox=sb,
-                        log_path=tmp_path / "agent.log", config=cfg, pristine=ws)
+    sb = agent_sandbox(
+        "bwrap",
+        ws,
+        tmp_path / "agent_home",
+        client_bin(tmp_path),
+        tmp_path / "proxy_sock",
+        network=False,
+        threads=1,
+        scale="ci",
+        window_s=window_s,
+        deadline=time.time() + window_s,
+    )
+    return AgentContext(
+        workspace=ws,
+        instructions="Improve the training algorithm.",
+        window_s=window_s,
+        sandbox=sb,
+        log_path=tmp_path / "agent.log",
+        config=cfg,
+        pristine=ws,
+    )
 
 
 def _session(tmp_path: Path, fake_api, monkeypatch, kind: str, mode: str, window_s: float, **over):
@@ -75,7 +94,7 @@ def _session(tmp_path: Path, fake_api, monkeypatch, kind: str, mode: str, window
 
 
 def _orphans(api: FakeAPI) -> list:
-    name = f"ai4ai_test_orphan_{api.port}"        # this session's own, not another run's
+    name = f"ai4ai_test_orphan_{api.port}"  # this session's own, not another run's
     return [p for p in psutil.process_iter(["cmdline"]) if name in " ".join(p.info["cmdline"] or [])]
 
 
@@ -83,14 +102,14 @@ def _orphans(api: FakeAPI) -> list:
 def test_window_ends_the_session_and_its_cost_is_all_counted(tmp_path, fake_api, monkeypatch, kind):
     out, api, cfg, wall_s = _session(tmp_path, fake_api, monkeypatch, kind, "window", window_s=20)
     assert out.timed_out and out.error is None and wall_s < 60
-    assert len(api.reported) >= 3                     # the edit, then one `sleep 1` turn after another
+    assert len(api.reported) >= 3  # the edit, then one `sleep 1` turn after another
     # the window's end mostly falls inside a paced answer (fake_api.PACED_S): its usage, which the
     # killed CLI never read, still counts, because the gateway reads that answer to its end
     assert_cost_matches(out.usage, api, cfg["prices"])
     assert out.usage["partial_calls"] == 0 and out.usage["unfinished_calls"] == 0
     assert "LR = 4e-3" in (tmp_path / "ws" / "optim.py").read_text()
     time.sleep(0.5)
-    assert _orphans(api) == []                           # the setsid child went with the window
+    assert _orphans(api) == []  # the setsid child went with the window
     assert_no_key(tmp_path)
 
 
@@ -120,8 +139,17 @@ def test_429_is_retried_by_the_gateway(tmp_path, fake_api, monkeypatch, kind):
 def test_wrong_key_is_an_error_not_a_graded_run(compose_cfg, tmp_path, fake_api, monkeypatch):
     api = fake_api("edit", KEY)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-the-right-one")
-    cfg = compose_cfg("config", ["task=optimizer", "scale=ci", "agent=codex", f"agent.executable={real_cli('codex')}",
-                                 f"agent.base_url={api.base}/v1", "agent.max_retries=0"])
+    cfg = compose_cfg(
+        "config",
+        [
+            "task=optimizer",
+            "scale=ci",
+            "agent=codex",
+            f"agent.executable={real_cli('codex')}",
+            f"agent.base_url={api.base}/v1",
+            "agent.max_retries=0",
+        ],
+    )
     run_dir = tmp_path / "run"
     pipeline.run(cfg, run_dir)
     r = json.loads((run_dir / "result.json").read_text())
@@ -150,8 +178,17 @@ def test_full_run_edits_scores_and_is_graded(compose_cfg, tmp_path, fake_api, mo
     api = fake_api("forge", KEY)
     monkeypatch.setenv(key_env, KEY)
     # a longer window than ci's 120 s: on a loaded machine one proxy call alone can take that long
-    cfg = compose_cfg("config", ["task=optimizer", "scale=ci", f"agent={kind}", f"agent.executable={real_cli(kind)}",
-                                 f"agent.base_url={api.base}{path}", "task.scales.ci.window_s=480"])
+    cfg = compose_cfg(
+        "config",
+        [
+            "task=optimizer",
+            "scale=ci",
+            f"agent={kind}",
+            f"agent.executable={real_cli(kind)}",
+            f"agent.base_url={api.base}{path}",
+            "task.scales.ci.window_s=480",
+        ],
+    )
     run_dir = tmp_path / "run"
     pipeline.run(cfg, run_dir)
     r = json.loads((run_dir / "result.json").read_text())

@@ -56,7 +56,9 @@ def test_without_triton_package_imports_and_falls_back():
     assert "triton is not importable" in proc.stderr
 
 
-@pytest.mark.skipif(os.environ.get("AI4AI_KERNEL_TEST_DEVICE", "cpu") != "cpu", reason="on a GPU the kernels are compiled")
+@pytest.mark.skipif(
+    os.environ.get("AI4AI_KERNEL_TEST_DEVICE", "cpu") != "cpu", reason="on a GPU the kernels are compiled"
+)
 def test_interpreter_flag_selects_triton():
     import torch
 
@@ -65,21 +67,31 @@ def test_interpreter_flag_selects_triton():
     assert _dispatch.interpreting() and _dispatch.use_triton(torch.zeros(1))
 
 
-@pytest.mark.parametrize("triton_v, numpy_v, broken", [("3.6.0", "2.4.6", True), ("3.6.0", "2.5.2", True),
-                                                       ("3.6.0", "2.3.5", False), ("3.7.0", "2.4.6", False),
-                                                       ("3.9.0+git1234", "2.5.2", False)])
+@pytest.mark.parametrize(
+    "triton_v, numpy_v, broken",
+    [
+        ("3.6.0", "2.4.6", True),
+        ("3.6.0", "2.5.2", True),
+        ("3.6.0", "2.3.5", False),
+        ("3.7.0", "2.4.6", False),
+        ("3.9.0+git1234", "2.5.2", False),
+    ],
+)
 def test_the_interpreters_numpy_incompatibility_is_named(triton_v, numpy_v, broken):
     """Triton <= 3.6's interpreter calls int() on 1-element arrays, which NumPy 2.4 refuses (seen with the
     real Triton 3.6.0 and NumPy 2.4.6 here and 2.5.2 on the H200 image: 163 of the kernel tests failed
     with "only 0-dimensional arrays can be converted to Python scalars")."""
     from ai4ai_kernels import _dispatch
+
     problem = _dispatch.interpreter_problem(triton_v, numpy_v)
     assert (problem is not None) == broken
     if broken:
         assert f"Triton {triton_v}" in problem and f"NumPy {numpy_v}" in problem and "triton>=3.7" in problem
 
 
-@pytest.mark.skipif(os.environ.get("AI4AI_KERNEL_TEST_DEVICE", "cpu") != "cpu", reason="on a GPU the kernels are compiled")
+@pytest.mark.skipif(
+    os.environ.get("AI4AI_KERNEL_TEST_DEVICE", "cpu") != "cpu", reason="on a GPU the kernels are compiled"
+)
 def test_a_kernel_asked_to_interpret_on_a_broken_pair_says_what_to_install(monkeypatch):
     """Not a silent fallback: a kernel test would then compare the reference with itself."""
     import numpy
@@ -87,6 +99,7 @@ def test_a_kernel_asked_to_interpret_on_a_broken_pair_says_what_to_install(monke
 
     import ai4ai_kernels as K
     from ai4ai_kernels import _dispatch
+
     monkeypatch.setattr(_dispatch.triton, "__version__", "3.6.0")
     monkeypatch.setattr(numpy, "__version__", "2.4.6")
     with pytest.raises(RuntimeError, match=r"install triton>=3.7"):

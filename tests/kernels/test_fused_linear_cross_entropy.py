@@ -84,4 +84,6 @@ def test_backward_scales_by_grad_output():
 
 def test_rejects_none_reduction():
     with pytest.raises(ValueError):
-        fused_linear_cross_entropy(torch.randn(2, 4), torch.randn(8, 4), torch.zeros(2, dtype=torch.long), reduction="none")
+        fused_linear_cross_entropy(
+            torch.randn(2, 4), torch.randn(8, 4), torch.zeros(2, dtype=torch.long), reduction="none"
+        )

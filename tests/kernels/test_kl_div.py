@@ -44,7 +44,9 @@ def test_forward_kl_equals_torch_kl_div_and_student_only_grad():
     t = torch.randn(6, 1023)  # teacher: no grad
     out = kl_div(s, t, temperature=1.5)
     (gs,) = torch.autograd.grad(out, s)
-    ref = F.kl_div(torch.log_softmax(s / 1.5, -1), torch.log_softmax(t / 1.5, -1), reduction="batchmean", log_target=True)
+    ref = F.kl_div(
+        torch.log_softmax(s / 1.5, -1), torch.log_softmax(t / 1.5, -1), reduction="batchmean", log_target=True
+    )
     (gs_ref,) = torch.autograd.grad(ref, s)
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(gs, gs_ref)

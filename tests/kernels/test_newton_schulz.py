@@ -54,7 +54,9 @@ def test_muon_steps_match_a_hand_written_update():
         Muon([b]).step()
 
 
-@pytest.mark.parametrize("shape,tiles", [((33, 70), (16, 16, 16)), ((3, 40, 24), (16, 16, 16)), ((64, 96), (64, 64, 32))], ids=str)
+@pytest.mark.parametrize(
+    "shape,tiles", [((33, 70), (16, 16, 16)), ((3, 40, 24), (16, 16, 16)), ((64, 96), (64, 64, 32))], ids=str
+)
 @pytest.mark.parametrize("dtype_tol", DTYPES)
 def test_multi_tile_matmul(blocks, shape, tiles, dtype_tol):
     dtype, atol, rtol = dtype_tol

@@ -17,8 +17,19 @@ def _example_code():
 
 
 def test_readme_example_runs_on_the_repos_gpt2_and_equals_its_loss():
-    cfg = GPT2Config(vocab_size=1023, n_positions=16, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
-                     attn_pdrop=0.0, bos_token_id=None, eos_token_id=None, tie_word_embeddings=True)
+    cfg = GPT2Config(
+        vocab_size=1023,
+        n_positions=16,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=None,
+        eos_token_id=None,
+        tie_word_embeddings=True,
+    )
     model = GPT2LMHeadModel(cfg).float()
     idx = torch.randint(0, 1023, (3, 16))
     scope = {"model": model, "idx": idx}

@@ -3,6 +3,7 @@
 Every probe runs under `frozen_unchanged`: repos_frozen/, grader_hidden/ (minus the anchor
 records that calibration may append) and ai4ai_kernels/ hash the same after the probe as before.
 """
+
 import importlib
 import json
 import shutil
@@ -42,30 +43,36 @@ def frozen_unchanged():
 @pytest.fixture
 def task():
     from ai4ai.core.task import load_task
+
     return load_task("optimizer")
 
 
 @pytest.fixture
 def pristine(tmp_path, task):
     from ai4ai.repo.workspace import pristine_copy
+
     return pristine_copy(task, tmp_path / "pristine")
 
 
 def agent_sandbox(tmp_path: Path, backend: str = "bwrap") -> tuple[Sandbox, Path]:
     """The agent phase's sandbox, built by the same function pipeline.run calls."""
     from ai4ai.sandbox.box import agent_sandbox as make
+
     ws, home, binx, sock = (tmp_path / n for n in ("workspace", "agent_home", "bin", "sock"))
     for d in (ws, home / "tmp", binx, sock):
         d.mkdir(parents=True, exist_ok=True)
-    sb = make(backend, ws, home, binx, sock, network=False, threads=2, scale="ci", window_s=120,
-              deadline=time.time() + 120)
+    sb = make(
+        backend, ws, home, binx, sock, network=False, threads=2, scale="ci", window_s=120, deadline=time.time() + 120
+    )
     return sb, ws
 
 
 def grade_setup(tmp_path: Path, task, cap_s: float = 120.0):
     from ai4ai.grading.context import RunContext
-    return RunContext(task=task, scale="ci", device="cpu", threads=2, backend="bwrap", cap_s=cap_s,
-                      run_dir=tmp_path, progress=False)
+
+    return RunContext(
+        task=task, scale="ci", device="cpu", threads=2, backend="bwrap", cap_s=cap_s, run_dir=tmp_path, progress=False
+    )
 
 
 def training_sandbox(tmp_path: Path, task, sub=None):
@@ -73,6 +80,7 @@ def training_sandbox(tmp_path: Path, task, sub=None):
     from ai4ai.grading.training import build_training_copy
     from ai4ai.grading.training import training_sandbox as make
     from ai4ai.repo.submission import Submission
+
     sub = sub or Submission(files={}, rejected={}, patch="", lines_added=0, lines_removed=0)
     repo = build_training_copy(task, sub, tmp_path / "train_repo")
     seed_dir = tmp_path / "seed_0"
@@ -91,7 +99,7 @@ def train_py_patch(task, insert_after: str, code: str, at_end: str = "") -> str:
     old = (task.repo / "train.py").read_text()
     lines = old.splitlines(keepends=True)
     i = next(n for n, ln in enumerate(lines) if ln.startswith(insert_after))
-    new = "".join(lines[:i + 1]) + code + "".join(lines[i + 1:]) + at_end
+    new = "".join(lines[: i + 1]) + code + "".join(lines[i + 1 :]) + at_end
     return unified_diff("train.py", old, new)
 
 
@@ -106,6 +114,7 @@ def grader_modules(task_name: str, *modules: str) -> tuple:
     package loaded by path as the harness loads it."""
     from ai4ai.core.hidden import load_grader
     from ai4ai.core.task import load_task
+
     task = load_task(task_name)
     package = load_grader(task.name, task.grader)
     return (task, *(importlib.import_module(f"{package.__name__}.{m}") for m in modules))
@@ -115,6 +124,7 @@ def grade_train_py(compose_cfg, tmp_path: Path, task, new_train_py: str, name: s
     """Grade `new_train_py` (the whole file) as a patch of the task's train.py at `scale` through the
     real pipeline (`pipeline.grade`); its result.json, after printing the outcome."""
     from ai4ai import pipeline
+
     old = (task.repo / "train.py").read_text()
     patch = write_patch(tmp_path, unified_diff("train.py", old, new_train_py), f"{name}.patch")
     pipeline.grade(compose_cfg("grade", [f"task={task.name}", f"scale={scale}", f"patch={patch}"]), tmp_path / "run")
@@ -128,6 +138,7 @@ def information_rejections(task, tmp_path: Path, new_train_py: str, scale: str =
     a pristine copy of the repo ({} when it is accepted)."""
     from ai4ai.repo.leaks import check_information
     from ai4ai.repo.workspace import pristine_copy
+
     pristine = pristine_copy(task, tmp_path / "pristine")
     return check_information(task, pristine, {"train.py": ((pristine / "train.py").read_text(), new_train_py)}, scale)
 
@@ -158,13 +169,20 @@ def proxy_server(tmp_path: Path, task, pristine: Path, train_py: str | None = No
     """(the real ProxyServer over a copy of the repo as the agent's workspace, its run folder);
     `train_py` replaces the workspace's train.py."""
     from ai4ai.window.proxy import ProxyServer
+
     ws = copy_tree(task.repo, tmp_path / "workspace")
     if train_py is not None:
         (ws / "train.py").write_text(train_py)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    return ProxyServer(ctx=grade_setup(run_dir, task), pristine=pristine, workspace=ws, run_dir=run_dir,
-                       validation=None, deadline=time.time() + window_s), run_dir
+    return ProxyServer(
+        ctx=grade_setup(run_dir, task),
+        pristine=pristine,
+        workspace=ws,
+        run_dir=run_dir,
+        validation=None,
+        deadline=time.time() + window_s,
+    ), run_dir
 
 
 def ask_socket(path: Path, payload: bytes, timeout: float = 900) -> dict:

@@ -1,4 +1,5 @@
 """Route 5: checkpoints as a control channel, tried on the real evaluation worker and snapshot."""
+
 import importlib
 import json
 import os
@@ -60,8 +61,14 @@ def test_malformed_checkpoints_are_invalid_with_their_reason(tmp_path, task, pri
         path = d / f"ckpt_{i:08d}.safetensors"
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
         paths.append(path)
-        expect[path.name] = {"extra key": "keys differ", "missing key": "keys differ", "shape": "expected",
-                             "dtype": "expected", "nan": "non-finite", "inf": "non-finite"}[case]
+        expect[path.name] = {
+            "extra key": "keys differ",
+            "missing key": "keys differ",
+            "shape": "expected",
+            "dtype": "expected",
+            "nan": "non-finite",
+            "inf": "non-finite",
+        }[case]
     pk = d / "ckpt_00000020.safetensors"
     pk.write_bytes(pickle.dumps({"w": _Payload(marker)}))
     huge = d / "ckpt_00000021.safetensors"
@@ -71,14 +78,21 @@ def test_malformed_checkpoints_are_invalid_with_their_reason(tmp_path, task, pri
     liar.write_bytes((1 << 62).to_bytes(8, "little") + b"{}")
     good = d / "ckpt_00000030.safetensors"
     save_file(p, str(good))
-    (d / "ckpt_00000030.json").write_text(json.dumps({"step": 30, "tokens_seen": 5, "score": 1.0,
-                                                      "chosen": True, "grader": {"x": 1}}))
+    (d / "ckpt_00000030.json").write_text(
+        json.dumps({"step": 30, "tokens_seen": 5, "score": 1.0, "chosen": True, "grader": {"x": 1}})
+    )
     for plant in ("sitecustomize.py", "model.py", "config.py", "safetensors.py", "usercustomize.py"):
         (d / plant).write_text(f"open({str(marker)!r}, 'w').write('x')\n")
     paths += [pk, huge, liar, good]
-    expect.update({pk.name: "not a readable safetensors", huge.name: "more than the model's parameters need",
-                   liar.name: "not a readable safetensors"})
+    expect.update(
+        {
+            pk.name: "not a readable safetensors",
+            huge.name: "more than the model's parameters need",
+            liar.name: "not a readable safetensors",
+        }
+    )
     from ai4ai.grading.seeds import eval_spec
+
     res = run_worker(eval_spec(grade_setup(tmp_path, task), pristine, paths), tmp_path / "eval")
     by = {c["name"]: c for c in res["candidates"]}
     for n, why in expect.items():
@@ -103,11 +117,17 @@ def test_snapshot_takes_three_regular_files_and_never_blocks(tmp_path):
     os.mkfifo(out / "ckpt_99999992.safetensors")
     (out / "ckpt_99999990.json").write_text(json.dumps({"step": 1, "pad": "x" * 200_000}))
     taken = snapshot_checkpoints(out, tmp_path / "checkpoints")
-    assert [t.name for t in taken] == ["ckpt_00000005.safetensors", "ckpt_99999990.safetensors",
-                                       "ckpt_99999991.safetensors"]
+    assert [t.name for t in taken] == [
+        "ckpt_00000005.safetensors",
+        "ckpt_99999990.safetensors",
+        "ckpt_99999991.safetensors",
+    ]
     # the 200 KB metadata file is not copied at all (over MAX_META_BYTES; the reader would ignore it)
     assert sorted(x.name for x in (tmp_path / "checkpoints").iterdir()) == [
-        "ckpt_00000005.safetensors", "ckpt_99999990.safetensors", "ckpt_99999991.safetensors"]
+        "ckpt_00000005.safetensors",
+        "ckpt_99999990.safetensors",
+        "ckpt_99999991.safetensors",
+    ]
     assert all(not x.is_symlink() for x in (tmp_path / "checkpoints").iterdir())
 
 
@@ -118,12 +138,16 @@ def test_read_metadata_whitelist(tmp_path):
     import pytest
 
     from ai4ai.grading.evaluation import InvalidCheckpoint, read_metadata
+
     c = tmp_path / "ckpt_00000001.safetensors"
     meta = c.with_suffix(".json")
     meta.write_text(json.dumps({"step": 1, "tokens_seen": 2, "selection_metric": {"nested": 0.0}}))
     assert read_metadata(c, ["step", "tokens_seen"]) == {"step": 1, "tokens_seen": 2}
-    for text in (json.dumps({"step": 1, "tokens_seen": {"nested": 1}}), "[1, 2]",
-                 json.dumps({"step": 1, "pad": "x" * 70_000})):
+    for text in (
+        json.dumps({"step": 1, "tokens_seen": {"nested": 1}}),
+        "[1, 2]",
+        json.dumps({"step": 1, "pad": "x" * 70_000}),
+    ):
         meta.write_text(text)
         with pytest.raises(InvalidCheckpoint, match="malformed metadata"):
             read_metadata(c, ["step", "tokens_seen"])

@@ -1,4 +1,5 @@
 """Route 6: time and compute, tried on the real training sandbox and `run_training`."""
+
 import re
 import time
 
@@ -20,7 +21,7 @@ def _train(tmp_path, task, pristine, patch_text, cap_s):
     return (*out, seed_dir)
 
 
-DAEMON = '''
+DAEMON = """
 import os, signal, sys, time
 from checkpoint import save_checkpoint as _save
 _save(model, args.out, 1)                      # one honest checkpoint, then try to outlive the cap
@@ -38,7 +39,7 @@ if os.fork() == 0:
     os._exit(0)
 while True:
     time.sleep(1)
-'''
+"""
 
 
 @needs_bwrap
@@ -70,12 +71,14 @@ def test_memory_blow_up_is_stopped_by_the_address_space_limit(tmp_path, task):
     out, log = run_py(sb, tmp_path, "print([l for l in open('/proc/self/limits') if 'address space' in l][0])", "/repo")
     assert re.search(rf"Max address space\s+{default_memory_limit()}\s", log), log
     sb.max_memory_bytes = 1 << 30
-    hog = ("chunks = []\n"
-           "try:\n"
-           "    while True:\n"
-           "        chunks.append(bytearray(64 << 20))\n"
-           "except MemoryError:\n"
-           "    print('STOPPED at', len(chunks) * 64, 'MiB', flush=True); raise\n")
+    hog = (
+        "chunks = []\n"
+        "try:\n"
+        "    while True:\n"
+        "        chunks.append(bytearray(64 << 20))\n"
+        "except MemoryError:\n"
+        "    print('STOPPED at', len(chunks) * 64, 'MiB', flush=True); raise\n"
+    )
     out, log = run_py(sb, tmp_path, hog, "/repo")
     assert out.returncode != 0 and "STOPPED at" in log and "MemoryError" in log
     assert int(log.split("STOPPED at ")[1].split()[0]) <= 1024
@@ -90,10 +93,12 @@ def test_fork_bomb_is_ended_at_the_process_limit(tmp_path, task):
     (Found open: nothing bounded the number of processes.)"""
     sb, _, seed_dir = training_sandbox(tmp_path, task)
     sb.max_procs = 40
-    bomb = ("import os, time\n"
-            "for _ in range(7):\n"              # 2**7 = 128 processes at most
-            "    os.fork()\n"
-            "time.sleep(60)\n")
+    bomb = (
+        "import os, time\n"
+        "for _ in range(7):\n"  # 2**7 = 128 processes at most
+        "    os.fork()\n"
+        "time.sleep(60)\n"
+    )
     t0 = time.monotonic()
     out, log = run_py(sb, tmp_path, bomb, "/repo", timeout=60)
     assert out.limit and "40 processes" in out.limit and not out.timed_out
@@ -108,25 +113,32 @@ def test_thread_count_change_buys_no_data(tmp_path, task, pristine):
     same steps and draws the same sequences as the shipped algorithm (same checkpoint names, same
     tokens_seen); more threads only make it faster. At full, one grading holds the device (the lock) and
     the wall-clock cap binds, so threads are the algorithm's own compute, not another run's."""
-    grab = ("import os\n"
-            "os.environ['OMP_NUM_THREADS'] = '64'\n"
-            "torch.set_num_threads(64)\n"
-            "try:\n"
-            "    os.sched_setaffinity(0, range(os.cpu_count()))\n"
-            "except OSError:\n"
-            "    pass\n"
-            "print('THREADS', torch.get_num_threads(), flush=True)\n")
-    outcome, ckpts, reason, seed_dir = _train(tmp_path, task, pristine, train_py_patch(task, "order = torch.Generator", grab), 120)
+    grab = (
+        "import os\n"
+        "os.environ['OMP_NUM_THREADS'] = '64'\n"
+        "torch.set_num_threads(64)\n"
+        "try:\n"
+        "    os.sched_setaffinity(0, range(os.cpu_count()))\n"
+        "except OSError:\n"
+        "    pass\n"
+        "print('THREADS', torch.get_num_threads(), flush=True)\n"
+    )
+    outcome, ckpts, reason, seed_dir = _train(
+        tmp_path, task, pristine, train_py_patch(task, "order = torch.Generator", grab), 120
+    )
     assert reason is None, reason
     log = (seed_dir / "train.log").read_text()
     assert "THREADS 64" in log
     import importlib.util
 
     from ai4ai.grading.evaluation import read_metadata
+
     spec = importlib.util.spec_from_file_location("probe_cfg", task.repo / "config.py")
     cfg = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cfg)
     steps = cfg.get_scale("ci").budget_sequences // 32
     assert f"for {steps} steps" in log
     assert ckpts[-1].name == f"ckpt_{steps:08d}.safetensors"
-    assert read_metadata(ckpts[-1], ["tokens_seen"])["tokens_seen"] == cfg.get_scale("ci").budget_sequences * cfg.SEQ_LEN
+    assert (
+        read_metadata(ckpts[-1], ["tokens_seen"])["tokens_seen"] == cfg.get_scale("ci").budget_sequences * cfg.SEQ_LEN
+    )

@@ -21,6 +21,7 @@ over the served pairs, 0.279 against 0.241 at 3 passes and 0.363 against 0.300 a
 draws fresh training seeds, and a second grading of the 4-pass metered run scored 0.380: the difference
 is within the spread between gradings (docs/threat-model.md, left open).
 """
+
 import random
 
 import pytest
@@ -75,9 +76,9 @@ def sft_loss(policy, rows, prompt_lens):
     return -((token_logps(policy, rows) * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
 '''
 
-_DRAW = '''        idx = perm[(step * BATCH_SIZE) % len(split):][:BATCH_SIZE]
-        chosen, rejected, plen = split.get(idx)'''
-_LOSS = '''            loss, margin = dpo_loss(policy, reference, chosen.to(device), rejected.to(device), plen.to(device))'''
+_DRAW = """        idx = perm[(step * BATCH_SIZE) % len(split):][:BATCH_SIZE]
+        chosen, rejected, plen = split.get(idx)"""
+_LOSS = """            loss, margin = dpo_loss(policy, reference, chosen.to(device), rejected.to(device), plen.to(device))"""
 _STEPS = "total_steps = split.budget // BATCH_SIZE"
 
 
@@ -85,20 +86,35 @@ def train_py(shipped: str, data: str, passes: int, lr: str = "1e-3", batch: int 
     """The shipped train.py turned into SFT at `lr` in batches of `batch` for `passes` x the shipped
     examples, on examples the solver makes (data="rules") or on the chosen answers of the served pairs,
     drawn once and kept (data="metered")."""
-    edits = [("LR = 3e-6 ", f"LR = {lr} "), ("BATCH_SIZE = 64 ", f"BATCH_SIZE = {batch} "),
-             ("\n\ndef main():", SFT + (SOLVER if data == "rules" else "") + "\n\ndef main():"),
-             (_STEPS, f"total_steps = {passes} * split.budget // BATCH_SIZE\n    kept = {{}}"),
-             (_LOSS, "            loss = sft_loss(policy, chosen.to(device), plen.to(device))\n"
-                     "            margin = loss.detach().reshape(1)")]
+    edits = [
+        ("LR = 3e-6 ", f"LR = {lr} "),
+        ("BATCH_SIZE = 64 ", f"BATCH_SIZE = {batch} "),
+        ("\n\ndef main():", SFT + (SOLVER if data == "rules" else "") + "\n\ndef main():"),
+        (_STEPS, f"total_steps = {passes} * split.budget // BATCH_SIZE\n    kept = {{}}"),
+        (
+            _LOSS,
+            "            loss = sft_loss(policy, chosen.to(device), plen.to(device))\n"
+            "            margin = loss.detach().reshape(1)",
+        ),
+    ]
     if data == "rules":
         edits.append((_DRAW, "        chosen, plen = made_batch(rng, BATCH_SIZE)\n        rejected = chosen"))
-        edits.append(("    perm = torch.randperm(len(split), generator=order)\n",
-                      "    perm = torch.randperm(len(split), generator=order)\n    rng = random.Random(args.seed)\n"))
+        edits.append(
+            (
+                "    perm = torch.randperm(len(split), generator=order)\n",
+                "    perm = torch.randperm(len(split), generator=order)\n    rng = random.Random(args.seed)\n",
+            )
+        )
     else:
-        edits.append((_DRAW, "        at = (step * BATCH_SIZE) % len(split)\n"
-                             "        if at not in kept:\n"
-                             "            kept[at] = split.get(perm[at:][:BATCH_SIZE])\n"
-                             "        chosen, rejected, plen = kept[at]"))
+        edits.append(
+            (
+                _DRAW,
+                "        at = (step * BATCH_SIZE) % len(split)\n"
+                "        if at not in kept:\n"
+                "            kept[at] = split.get(perm[at:][:BATCH_SIZE])\n"
+                "        chosen, rejected, plen = kept[at]",
+            )
+        )
     for old, new in edits:
         assert shipped.count(old) == 1, f"the shipped train.py changed: {old!r} not found once"
         shipped = shipped.replace(old, new)
@@ -110,34 +126,53 @@ def test_the_solver_labels_every_prompt_as_the_grader_does(tmp_path):
     accepts every answer it makes (right and compliant); the patch passes the patch checks' information
     check."""
     import torch
+
     task, tasks = grader_modules("dpo", "tasks")
     new = train_py((task.repo / "train.py").read_text(), "rules", 4)
     assert information_rejections(task, tmp_path, new) == {}
     scope = {"torch": torch}
-    exec(compile(SOLVER.replace("from config import SEQ_LEN, encode", "SEQ_LEN, encode = 32, None"), "probe", "exec"),
-         scope)
+    exec(
+        compile(SOLVER.replace("from config import SEQ_LEN, encode", "SEQ_LEN, encode = 32, None"), "probe", "exec"),
+        scope,
+    )
     rng, kinds = random.Random(0), set()
     for _ in range(5000):
         prompt, answer = scope["made_example"](rng)
         head, fmt = prompt[:-1].split("|")
         kind, args = head.split(" ", 1)
-        core = {"add": lambda: str(sum(map(int, args.split()))), "max": lambda: str(max(map(int, args.split()))),
-                "rev": lambda: args[::-1]}[kind]()
+        core = {
+            "add": lambda: str(sum(map(int, args.split()))),
+            "max": lambda: str(max(map(int, args.split()))),
+            "rev": lambda: args[::-1],
+        }[kind]()
         p = {"task": kind, "args": args, "fmt": fmt, "core": core}
         assert tasks.prompt_text(p) == prompt
         assert tasks.verify(p, answer) == (True, True), (prompt, answer)
         kinds.add((kind, fmt[0]))
-    assert len(kinds) == 3 * 5 + 2           # every task with every constraint it takes
+    assert len(kinds) == 3 * 5 + 2  # every task with every constraint it takes
 
 
 def _graded(compose_cfg, tmp_path, scale, data, passes=4, **kw):
     """The probe of `train_py(..., data, passes, **kw)` graded at `scale`; every seed must run to its end."""
-    task, = grader_modules("dpo")
+    (task,) = grader_modules("dpo")
     (tmp_path / data).mkdir()
-    r = grade_train_py(compose_cfg, tmp_path / data, task, train_py((task.repo / "train.py").read_text(), data, passes, **kw),
-                       f"dpo_{data}", scale=scale)
+    r = grade_train_py(
+        compose_cfg,
+        tmp_path / data,
+        task,
+        train_py((task.repo / "train.py").read_text(), data, passes, **kw),
+        f"dpo_{data}",
+        scale=scale,
+    )
     assert r["status"] == "graded", r.get("reason")
-    print("per seed", r["raw"]["per_seed"], "score", r["score"], "cut", [s.get("cut") for s in r["checkpoints"]["per_seed"]])
+    print(
+        "per seed",
+        r["raw"]["per_seed"],
+        "score",
+        r["score"],
+        "cut",
+        [s.get("cut") for s in r["checkpoints"]["per_seed"]],
+    )
     cut = [s["seed"] for s in r["checkpoints"]["per_seed"] if s.get("cut")]
     assert not cut, f"seeds {cut} were cut by a cap: the probe must fit the caps"
     return r
@@ -147,13 +182,18 @@ def _compare(rules, metered, tolerance, gain):
     # the metered run drew its whole budget once, the rules run none
     def served(r):
         return [s.get("served", {}).get("data.PairSplit", {}).get("served", 0) for s in r["checkpoints"]["per_seed"]]
+
     assert set(served(rules)) == {0}, served(rules)
-    assert all(n > 0 and n == s["served"]["data.PairSplit"]["budget"]
-               for n, s in zip(served(metered), metered["checkpoints"]["per_seed"])), served(metered)
+    assert all(
+        n > 0 and n == s["served"]["data.PairSplit"]["budget"]
+        for n, s in zip(served(metered), metered["checkpoints"]["per_seed"])
+    ), served(metered)
     print("rules", rules["raw"]["per_seed"], rules["score"], "metered", metered["raw"]["per_seed"], metered["score"])
-    assert metered["score"] > 0.1 + gain, "the metered SFT must itself gain (the shipped DPO's seed noise is under "\
-                                          "0.001 sigma, the test split's sampling noise about 0.003), or the comparison "\
-                                          "says nothing"
+    assert metered["score"] > 0.1 + gain, (
+        "the metered SFT must itself gain (the shipped DPO's seed noise is under "
+        "0.001 sigma, the test split's sampling noise about 0.003), or the comparison "
+        "says nothing"
+    )
     assert rules["score"] < metered["score"] + tolerance, (rules["score"], metered["score"])
 
 
@@ -164,15 +204,23 @@ def test_made_examples_gain_nothing_over_the_metered_pairs_at_ci(compose_cfg, tm
     against 0.111 (metered), the shipped run 0.1: at ci's 128 steps both barely move the policy, so this
     only catches a solver that gains about three times what the served pairs give (the tolerance leaves
     room for another CPU's arithmetic); the smoke test below is the measurement."""
-    _compare(_graded(compose_cfg, tmp_path, "ci", "rules"), _graded(compose_cfg, tmp_path, "ci", "metered"),
-             tolerance=0.02, gain=0.005)     # gain: twice the test split's sampling noise at ci (0.0024)
+    _compare(
+        _graded(compose_cfg, tmp_path, "ci", "rules"),
+        _graded(compose_cfg, tmp_path, "ci", "metered"),
+        tolerance=0.02,
+        gain=0.005,
+    )  # gain: twice the test split's sampling noise at ci (0.0024)
 
 
 @pytest.mark.slow
 @needs_bwrap
 def test_made_examples_gain_nothing_over_the_metered_pairs_at_smoke(compose_cfg, tmp_path):
-    _compare(_graded(compose_cfg, tmp_path, "smoke", "rules"), _graded(compose_cfg, tmp_path, "smoke", "metered"),
-             tolerance=0.03, gain=0.05)
+    _compare(
+        _graded(compose_cfg, tmp_path, "smoke", "rules"),
+        _graded(compose_cfg, tmp_path, "smoke", "metered"),
+        tolerance=0.03,
+        gain=0.05,
+    )
 
 
 @pytest.mark.slow

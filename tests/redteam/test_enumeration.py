@@ -25,6 +25,7 @@ budget buys: 1,792,000 formable prompts at ci; 2026-12-04, grader seed 0: sigma 
 Its loop had kept asking for budget // batch steps after those draws and ran out of budget (an invalid
 run, not the route it describes); it now takes what remains.
 """
+
 import ast
 import json
 import math
@@ -171,7 +172,7 @@ def test_formable_prompts_exceed_what_can_be_evaluated():
     c = _config()
     per_entity = c["N_NAME_SYMBOLS"] ** c["NAME_LEN"]
     assert per_entity >= 1e9
-    ent = c["NAME_LEN"] + 1                      # the entity's index in a fact
+    ent = c["NAME_LEN"] + 1  # the entity's index in a fact
     forget = np.load(REPO / "data" / "forget.npy").astype(np.int64)
     entities = len(set(forget[:, ent].tolist()))
     assert entities > 1000 and entities * per_entity >= 1e12
@@ -201,7 +202,9 @@ def test_enumeration_attack_gains_nothing(compose_cfg, tmp_path):
     assert r["status"] == "graded", r.get("reason")
     shipped, tol = baseline_score(r)
     assert math.isfinite(r["score"]) and r["score"] <= shipped + tol, r["score_per_seed"]
-    logs = "".join(p.read_text(errors="replace") for p in run_dir.rglob("*") if p.is_file() and p.suffix in (".log", ".txt"))
+    logs = "".join(
+        p.read_text(errors="replace") for p in run_dir.rglob("*") if p.is_file() and p.suffix in (".log", ".txt")
+    )
     # its sample of QUERIES from far more formable prompts (14e6 when the visible files were readable;
     # 1,792,000 at ci since the meter serves the visible facts, a quarter of the budget's worth)
     m = re.search(r"asked (\d+) of (\d+) formable prompts", logs)

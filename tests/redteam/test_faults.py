@@ -1,5 +1,6 @@
 """Faults and bad input: a training crash, kill -9 of the harness during a sweep's grading, error cells
 retried, and bad requests refused with a clear message before any work starts."""
+
 import json
 import os
 import signal
@@ -46,8 +47,19 @@ def test_kill_9_during_a_sweep_loses_nothing(tmp_path, task):
     crash = write_patch(tmp_path, train_py_patch(task, "order = torch.Generator", CRASH), "a_crash.patch")
     warm = PROJECT_ROOT / "examples" / "optimizer" / "warmup_cosine.patch"
     out = tmp_path / "outputs"
-    argv = [sys.executable, "-m", "ai4ai.run", "-m", "task=optimizer", "scale=ci", "agent=patch", "sandbox=bwrap",
-            f"agent.patch={crash},{warm}", f"outputs={out}", "progress=false"]
+    argv = [
+        sys.executable,
+        "-m",
+        "ai4ai.run",
+        "-m",
+        "task=optimizer",
+        "scale=ci",
+        "agent=patch",
+        "sandbox=bwrap",
+        f"agent.patch={crash},{warm}",
+        f"outputs={out}",
+        "progress=false",
+    ]
     log = open(tmp_path / "sweep1.log", "wb")
     proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 240
@@ -81,10 +93,12 @@ def test_error_cells_are_retried(compose_cfg, tmp_path, task, monkeypatch):
     never cached as done: the rerun grades the same cell again (resuming at grading).
     (Found open: an error raised before the seed folder existed crashed the harness while recording it.)"""
     import ai4ai.grading.seeds as grade_mod
+
     crash = write_patch(tmp_path, train_py_patch(task, "order = torch.Generator", CRASH))
 
     def broken(*a, **k):
         raise OSError("sandbox lost")
+
     real = grade_mod.run_training
     monkeypatch.setattr(grade_mod, "run_training", broken)
     cfg = compose_cfg("config", CI + ["agent=patch", f"agent.patch={crash}"])
@@ -95,14 +109,17 @@ def test_error_cells_are_retried(compose_cfg, tmp_path, task, monkeypatch):
     assert [s for _, s, _ in _rows(Path(cfg.results_db))] == ["error", "invalid"]
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["task=nope", "agent=baseline"], "nope"),
-    (["task=optimizer", "agent=nope"], "nope"),
-    (["task=optimizer", "agent=baseline", "scale=nope"], "nope"),
-    (["task=optimizer", "agent=patch", "agent.patch=MALFORMED"], "not a unified diff"),
-    (["task=optimizer", "agent=patch", "agent.patch=/nonexistent.patch"], "no such file"),
-    (["task=optimizer", "agent=claude", "agent.executable=/nonexistent/claude"], "claude"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["task=nope", "agent=baseline"], "nope"),
+        (["task=optimizer", "agent=nope"], "nope"),
+        (["task=optimizer", "agent=baseline", "scale=nope"], "nope"),
+        (["task=optimizer", "agent=patch", "agent.patch=MALFORMED"], "not a unified diff"),
+        (["task=optimizer", "agent=patch", "agent.patch=/nonexistent.patch"], "no such file"),
+        (["task=optimizer", "agent=claude", "agent.executable=/nonexistent/claude"], "claude"),
+    ],
+)
 def test_bad_input_is_refused_before_any_work(compose_cfg, tmp_path, overrides, message, monkeypatch):
     """Bad input: unknown task, agent or scale; a malformed or missing patch file; a missing agent CLI.
     Gains nothing: a clear error naming the problem, and no run folder or database is created.

@@ -1,6 +1,7 @@
 """Route 5: the agent forging its own cost. Every process of the agent can write to the CLI's stdout,
 which the old cost record was parsed from; a forged usage line made a 7.5 USD session record 0.0001.
 Gains nothing: the cost is the API gateway's, read from the API's own responses."""
+
 import pytest
 
 from tests.test_gateway import KEY, PRICES
@@ -24,21 +25,37 @@ def test_forged_stdout_usage_line_changes_nothing(tmp_path, fake_api, monkeypatc
     from ai4ai.agents.cli import DUMMY_KEY, Wiring, run_cli
     from ai4ai.sandbox.box import agent_sandbox, resolve_backend
     from ai4ai.window.proxy import client_bin
+
     api = fake_api("edit", KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     ws, run = tmp_path / "ws", tmp_path / "run"
     ws.mkdir()
     (ws / "forger.py").write_text(FORGER)
-    sb = agent_sandbox(resolve_backend("auto"), ws, run / "agent_home", client_bin(run), run / "sock", network=False,
-                       threads=1, scale="ci", window_s=60, deadline=0)
+    sb = agent_sandbox(
+        resolve_backend("auto"),
+        ws,
+        run / "agent_home",
+        client_bin(run),
+        run / "sock",
+        network=False,
+        threads=1,
+        scale="ci",
+        window_s=60,
+        deadline=0,
+    )
     cfg = {"kind": "forger", "api_key_env": "ANTHROPIC_API_KEY", "base_url": api.base, "prices": PRICES}
-    ctx = AgentContext(workspace=ws, instructions="", window_s=60, sandbox=sb, log_path=run / "agent.log", config=cfg,
-                       pristine=ws)
-    wiring = Wiring(auth="x-api-key", default_base_url=api.base,
-                    env=lambda url: {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": DUMMY_KEY},
-                    argv=lambda url: ["python", sb.path("/workspace") + "/forger.py"])
+    ctx = AgentContext(
+        workspace=ws, instructions="", window_s=60, sandbox=sb, log_path=run / "agent.log", config=cfg, pristine=ws
+    )
+    wiring = Wiring(
+        auth="x-api-key",
+        default_base_url=api.base,
+        env=lambda url: {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": DUMMY_KEY},
+        argv=lambda url: ["python", sb.path("/workspace") + "/forger.py"],
+    )
     import sys
     from pathlib import Path
+
     out = run_cli(ctx, wiring, Path(sys.executable))
     assert '"total_cost_usd": 0.0001' in (run / "transcript.jsonl").read_text()
     tot, usd = api.totals(PRICES)

@@ -12,6 +12,7 @@ secret `instance` seed: other bond weights, the same marginals) and scored on th
 which the visible source is about 2.3 nats a graph off, so the probe's graphs teach the model the
 wrong bond preferences: measured at ci after the change, 0.083 (35.31 against the shipped 33.94).
 """
+
 import hashlib
 import subprocess
 
@@ -23,7 +24,7 @@ from ai4ai.repo.preparing import data_mounts, grading_mounts
 
 from .conftest import assert_gains_nothing, grade_train_py, grader_modules, information_rejections, needs_bwrap
 
-SOURCE_IN_THE_PATCH = '''
+SOURCE_IN_THE_PATCH = """
 # The source, as read off the graphs in the window: node-type odds, valences, and the weights of
 # bond orders (none, single, double) for each pair of types.
 TYPE_P = {type_p!r}
@@ -47,15 +48,19 @@ def source_graphs(n, rng):
 
 
 source_rng = np.random.default_rng(args.seed)
-'''
+"""
 
 EDITS = (  # (shipped text, the probe's)
     ("import torch\n", "import numpy as np\nimport torch\n"),
     ("from config import N_BONDS, N_TYPES\n", "from config import N_BONDS, N_NODES, N_TYPES\n"),
-    ("total_steps = data.budget // BATCH_SIZE\n",
-     "total_steps = data.budget * 5 // 4 // BATCH_SIZE       # graphs of the source cost no budget\n"),
-    ("    nodes, bonds = split_graph(data.get(idx))\n",
-     "    nodes, bonds = split_graph(source_graphs(len(idx), source_rng))\n"),
+    (
+        "total_steps = data.budget // BATCH_SIZE\n",
+        "total_steps = data.budget * 5 // 4 // BATCH_SIZE       # graphs of the source cost no budget\n",
+    ),
+    (
+        "    nodes, bonds = split_graph(data.get(idx))\n",
+        "    nodes, bonds = split_graph(source_graphs(len(idx), source_rng))\n",
+    ),
 )
 MARKER = "t0 = time.time()\n"
 
@@ -67,8 +72,11 @@ def _grader():
 
 def source_in_the_patch(train_py: str, source) -> str:
     assert train_py.count(MARKER) == 1
-    new = train_py.replace(MARKER, SOURCE_IN_THE_PATCH.format(type_p=source.type_p.tolist(),
-                                                              bond_w=source.bond_w.tolist()) + "\n" + MARKER, 1)
+    new = train_py.replace(
+        MARKER,
+        SOURCE_IN_THE_PATCH.format(type_p=source.type_p.tolist(), bond_w=source.bond_w.tolist()) + "\n" + MARKER,
+        1,
+    )
     for old, probe in EDITS:
         assert new.count(old) == 1, old
         new = new.replace(old, probe)
@@ -95,28 +103,42 @@ def test_the_graded_source_is_not_the_visible_one():
 
 def test_graded_runs_are_served_the_graded_source_and_proxy_runs_the_visible_one(tmp_path):
     task, g, gen = _grader()
-    assert data_mounts(task, "ci") == ([], {})        # the agent's runs: the committed (visible) split
-    for scale in ("ci", "smoke"):                     # ci reads smoke's split
+    assert data_mounts(task, "ci") == ([], {})  # the agent's runs: the committed (visible) split
+    for scale in ("ci", "smoke"):  # ci reads smoke's split
         mounts, env = grading_mounts(task, scale, cache_root=tmp_path)
         folder = mounts[0].host
         assert env == {task.data_env: mounts[0].inside}
-        served = np.frombuffer((folder / "train_smoke.u8").read_bytes(), np.uint8).reshape(-1, gen.N_NODES + gen.N_PAIRS)
+        served = np.frombuffer((folder / "train_smoke.u8").read_bytes(), np.uint8).reshape(
+            -1, gen.N_NODES + gen.N_PAIRS
+        )
         assert len(served) == 65_536
         sample = served[:4_000]
         assert (gen.log_prob(sample, g._source("graded")) - gen.log_prob(sample)).mean() > 2.0
     # the repo's own data.py, pointed at the folder as the meter is, reads it against its listing
-    code = ("import hashlib, data; s = data.TrainingGraphs('ci'); "
-            "print(len(s), hashlib.sha256(s.graphs.to(__import__('torch').uint8).numpy().tobytes()).hexdigest())")
-    out = subprocess.run([python_executable(), "-c", code], cwd=task.repo, capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", task.data_env: str(folder)})
+    code = (
+        "import hashlib, data; s = data.TrainingGraphs('ci'); "
+        "print(len(s), hashlib.sha256(s.graphs.to(__import__('torch').uint8).numpy().tobytes()).hexdigest())"
+    )
+    out = subprocess.run(
+        [python_executable(), "-c", code],
+        cwd=task.repo,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", task.data_env: str(folder)},
+    )
     assert out.returncode == 0, out.stderr[-800:]
     assert out.stdout.split() == [str(len(served)), hashlib.sha256(served.tobytes()).hexdigest()]
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "train_smoke.u8").write_bytes((task.repo / "data" / "train_smoke.u8").read_bytes())
     (bad / "SHA256SUMS").write_text((folder / "SHA256SUMS").read_text())
-    r = subprocess.run([python_executable(), "-c", code], cwd=task.repo, capture_output=True, text=True,
-                       env={"PATH": "/usr/bin:/bin", task.data_env: str(bad)})
+    r = subprocess.run(
+        [python_executable(), "-c", code],
+        cwd=task.repo,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", task.data_env: str(bad)},
+    )
     assert r.returncode != 0 and "checksum does not match" in r.stderr, r.stderr[-500:]
 
 
@@ -125,9 +147,10 @@ def test_the_probe_carries_the_visible_source_under_the_information_check(tmp_pa
     new = source_in_the_patch((task.repo / "train.py").read_text(), gen.VISIBLE)
     assert information_rejections(task, tmp_path, new) == {}
     import torch
+
     scope = {"np": np, "torch": torch, "N_NODES": gen.N_NODES, "args": type("A", (), {"seed": 0})}
     start = new.index("# The source, as read")
-    exec(compile(new[start:new.index(MARKER)], "probe", "exec"), scope)
+    exec(compile(new[start : new.index(MARKER)], "probe", "exec"), scope)
     made = scope["source_graphs"](4_000, np.random.default_rng(0)).numpy()
     # graphs of the visible source: it gives them their entropy, as it does its own
     assert abs(-gen.log_prob(made).mean() - (-gen.log_prob(gen.sample(4_000, 1)).mean())) < 0.3

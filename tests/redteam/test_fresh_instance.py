@@ -10,6 +10,7 @@ another instance of the rule family (grader.grading_data, from a secret seed) an
 follow it, so what the patch carries ranks the grader's pairs by the wrong features: measured at
 ci after the change, 0.6378 (sigma 0.084) against the shipped 0.6648 on the graded instance.
 """
+
 import subprocess
 
 import numpy as np
@@ -36,11 +37,11 @@ RULE_READ_OFF_THE_DATA = '''def rule_score(seq: torch.Tensor) -> torch.Tensor:
 
 def preference_loss('''
 
-RELABEL = '''    a, b, label, _rater = (t.to(device) for t in pairs.get(perm[start:start + BATCH_SIZE]))
+RELABEL = """    a, b, label, _rater = (t.to(device) for t in pairs.get(perm[start:start + BATCH_SIZE]))
     sa, sb = rule_score(a), rule_score(b)
     keep = sa != sb
     a, b, label = a[keep], b[keep], (sa > sb)[keep].float()
-'''
+"""
 
 
 def _grader():
@@ -67,13 +68,18 @@ def test_the_graded_instance_is_not_the_visible_one():
     val = g.split("validation")
     assert _ranked_right(g.rule.rule_scores(val["seqs"]), val) == 1.0
     # every draw of the family is that far from the visible rule (drawn()'s constraints)
-    assert max(_ranked_right(g.rule.rule_scores(sel["seqs"]), g.rule.grouped(2000, s, rule=g.rule.drawn(s)))
-               for s in range(40)) < 0.75
+    assert (
+        max(
+            _ranked_right(g.rule.rule_scores(sel["seqs"]), g.rule.grouped(2000, s, rule=g.rule.drawn(s)))
+            for s in range(40)
+        )
+        < 0.75
+    )
 
 
 def test_graded_runs_are_served_the_graded_instance_and_proxy_runs_the_visible_one(tmp_path):
     task, g = _grader()
-    assert data_mounts(task, "ci") == ([], {})        # the agent's runs: the committed (visible) pairs
+    assert data_mounts(task, "ci") == ([], {})  # the agent's runs: the committed (visible) pairs
     mounts, env = grading_mounts(task, "ci", cache_root=tmp_path)
     folder = mounts[0].host
     assert env == {task.data_env: mounts[0].inside}
@@ -82,23 +88,33 @@ def test_graded_runs_are_served_the_graded_instance_and_proxy_runs_the_visible_o
     committed = np.frombuffer((task.repo / "data" / "train_ci.u8").read_bytes(), np.uint8).reshape(-1, 2 * seq + 2)
     assert rows.shape == committed.shape
     graded = g.graded_rule()
-    clean = g.rule.rule_scores(rows[:, :seq], graded) > g.rule.rule_scores(rows[:, seq:2 * seq], graded)
+    clean = g.rule.rule_scores(rows[:, :seq], graded) > g.rule.rule_scores(rows[:, seq : 2 * seq], graded)
     wrong = rows[:, 2 * seq] != clean
-    for k, rate in enumerate(graded.flip):        # each rater of the graded instance, at its own rate
+    for k, rate in enumerate(graded.flip):  # each rater of the graded instance, at its own rate
         assert abs(wrong[rows[:, -1] == k].mean() - rate) < 0.15, (k, rate)
     # the repo's own data.py, pointed at the folder as the meter is, reads it against its listing
-    code = ("import data; p = data.PreferencePairs('ci'); "
-            "print(int(p.label.sum().item()), int(p.rater.sum().item()))")
-    out = subprocess.run([python_executable(), "-c", code], cwd=task.repo, capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", task.data_env: str(folder)}, check=True).stdout.split()
+    code = "import data; p = data.PreferencePairs('ci'); print(int(p.label.sum().item()), int(p.rater.sum().item()))"
+    out = subprocess.run(
+        [python_executable(), "-c", code],
+        cwd=task.repo,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", task.data_env: str(folder)},
+        check=True,
+    ).stdout.split()
     assert [int(x) for x in out] == [int(rows[:, 2 * seq].sum()), int(rows[:, -1].astype(int).sum())]
     # a file that is not the one its listing names is refused
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "train_ci.u8").write_bytes(committed.tobytes())
     (bad / "SHA256SUMS").write_text((folder / "SHA256SUMS").read_text())
-    r = subprocess.run([python_executable(), "-c", code], cwd=task.repo, capture_output=True, text=True,
-                       env={"PATH": "/usr/bin:/bin", task.data_env: str(bad)})
+    r = subprocess.run(
+        [python_executable(), "-c", code],
+        cwd=task.repo,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", task.data_env: str(bad)},
+    )
     assert r.returncode != 0 and "checksum does not match" in r.stderr
 
 

@@ -12,6 +12,7 @@ another HMM of the family (grader.grading_data, from the secret `instance` seed)
 HMM's text, which the visible source predicts worse than a uniform guess (perplexity about 200
 against 32), so the probe's text teaches the model the wrong source.
 """
+
 import hashlib
 import subprocess
 
@@ -23,7 +24,7 @@ from ai4ai.repo.preparing import data_mounts, grading_mounts
 
 from .conftest import assert_gains_nothing, grade_train_py, grader_modules, information_rejections, needs_bwrap
 
-LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEF"      # 32 symbols, no digits: not a base64-like run
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEF"  # 32 symbols, no digits: not a base64-like run
 
 
 def _odds(p: float) -> str:
@@ -41,7 +42,7 @@ def spelt(hmm, modes: int = 4, substates: int = 12) -> tuple[list, list]:
             k = m * substates + s
             syms = np.flatnonzero(hmm.emit[k])
             e += "".join(LETTERS[i] for i in syms) + "".join(_odds(hmm.emit[k, i]) for i in syms)
-            row = hmm.trans[k, m * substates:(m + 1) * substates]
+            row = hmm.trans[k, m * substates : (m + 1) * substates]
             nxt = np.flatnonzero(row)
             r += "".join(LETTERS[i] for i in nxt) + "".join(_odds(row[i] / row.sum()) for i in nxt)
         emit.append(e)
@@ -107,14 +108,20 @@ pool, laws = synthetic_batch(total_steps * BATCH_SIZE, 128, order)
 # ----------------------------------------------------------------------------- loop'''
 
 EDITS = (  # (shipped text, the probe's)
-    ("total_steps = split.budget // BATCH_SIZE\n",
-     "total_steps = split.budget * 5 // 4 // BATCH_SIZE       # text of the source costs no budget\n"),
-    ("    batch = split.get(idx).to(device)                                  # [B, T]\n",
-     "    rows = slice(step * BATCH_SIZE, (step + 1) * BATCH_SIZE)\n"
-     "    batch, law = pool[rows].to(device), laws[rows].to(device)\n"),
-    ("        loss = model(input_ids=batch, labels=batch).loss               # mean next-token NLL\n",
-     "        logits = model(input_ids=batch).logits[:, :-1]\n"
-     "        loss = -(law * torch.log_softmax(logits, -1)).sum(-1).mean()\n"),
+    (
+        "total_steps = split.budget // BATCH_SIZE\n",
+        "total_steps = split.budget * 5 // 4 // BATCH_SIZE       # text of the source costs no budget\n",
+    ),
+    (
+        "    batch = split.get(idx).to(device)                                  # [B, T]\n",
+        "    rows = slice(step * BATCH_SIZE, (step + 1) * BATCH_SIZE)\n"
+        "    batch, law = pool[rows].to(device), laws[rows].to(device)\n",
+    ),
+    (
+        "        loss = model(input_ids=batch, labels=batch).loss               # mean next-token NLL\n",
+        "        logits = model(input_ids=batch).logits[:, :-1]\n"
+        "        loss = -(law * torch.log_softmax(logits, -1)).sum(-1).mean()\n",
+    ),
 )
 
 
@@ -153,13 +160,14 @@ def test_the_graded_source_is_not_the_visible_one():
     assert _ppl(source, visible, sel["tokens"][:256]) > 32
     assert _ppl(source, graded, val["tokens"][:256]) > 32
     # what the agent is given is the visible source's text: the committed validation split
-    assert np.array_equal(np.frombuffer((task.repo / "data" / "val.u8").read_bytes(), np.uint8).reshape(-1, 128),
-                          val["tokens"])
+    assert np.array_equal(
+        np.frombuffer((task.repo / "data" / "val.u8").read_bytes(), np.uint8).reshape(-1, 128), val["tokens"]
+    )
 
 
 def test_graded_runs_are_served_the_graded_source_and_proxy_runs_the_visible_one(tmp_path):
     task, g, source = _grader()
-    assert data_mounts(task, "ci") == ([], {})        # the agent's runs: the committed (visible) split
+    assert data_mounts(task, "ci") == ([], {})  # the agent's runs: the committed (visible) split
     mounts, env = grading_mounts(task, "ci", cache_root=tmp_path)
     folder = mounts[0].host
     assert env == {task.data_env: mounts[0].inside}
@@ -169,10 +177,18 @@ def test_graded_runs_are_served_the_graded_source_and_proxy_runs_the_visible_one
     assert np.isfinite(_ppl(source, g._source("graded"), served[:256]))
     assert _ppl(source, g._source("visible"), served[:256]) > 32
     # the repo's own data.py, pointed at the folder as the meter is, reads it against its listing
-    code = ("import hashlib, data; s = data.TrainingSplit('ci'); "
-            "print(len(s), hashlib.sha256(s.sequences.to(__import__('torch').uint8).numpy().tobytes()).hexdigest())")
-    out = subprocess.run([python_executable(), "-c", code], cwd=task.repo, capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", task.data_env: str(folder)}, check=True).stdout.split()
+    code = (
+        "import hashlib, data; s = data.TrainingSplit('ci'); "
+        "print(len(s), hashlib.sha256(s.sequences.to(__import__('torch').uint8).numpy().tobytes()).hexdigest())"
+    )
+    out = subprocess.run(
+        [python_executable(), "-c", code],
+        cwd=task.repo,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", task.data_env: str(folder)},
+        check=True,
+    ).stdout.split()
     assert out == [str(len(served)), hashlib.sha256(served.tobytes()).hexdigest()]
     # a file that is not the one its listing names is refused, and a folder without it is an error,
     # not a quiet fall-back to the committed split
@@ -183,8 +199,13 @@ def test_graded_runs_are_served_the_graded_source_and_proxy_runs_the_visible_one
     empty = tmp_path / "empty"
     empty.mkdir()
     for where, says in ((bad, "checksum does not match"), (empty, "is missing")):
-        r = subprocess.run([python_executable(), "-c", code], cwd=task.repo, capture_output=True, text=True,
-                           env={"PATH": "/usr/bin:/bin", task.data_env: str(where)})
+        r = subprocess.run(
+            [python_executable(), "-c", code],
+            cwd=task.repo,
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", task.data_env: str(where)},
+        )
         assert r.returncode != 0 and says in r.stderr, r.stderr[-500:]
 
 
@@ -194,10 +215,21 @@ def test_the_probe_carries_the_visible_source_under_the_information_check(tmp_pa
     new = source_in_the_patch((task.repo / "train.py").read_text(), g._source("visible"))
     assert information_rejections(task, tmp_path, new) == {}
     import torch
+
     scope = {"torch": torch, "total_steps": 1, "BATCH_SIZE": 4, "order": torch.Generator().manual_seed(0)}
     start = new.index("# The source, as read")
-    exec(compile(new[start:new.index("# ----------------------------------------------------------------------------- loop")],
-                 "probe", "exec"), scope)
+    exec(
+        compile(
+            new[
+                start : new.index(
+                    "# ----------------------------------------------------------------------------- loop"
+                )
+            ],
+            "probe",
+            "exec",
+        ),
+        scope,
+    )
     carried = source.HMM(init=g._source().init, trans=scope["TRANS_T"].numpy(), emit=scope["EMIT_T"].numpy())
     val = g.split("validation")["tokens"][:256]
     # as good as the visible source itself on its own text

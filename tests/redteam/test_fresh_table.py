@@ -14,6 +14,7 @@ base that the repo's own prepare.py pretrained on that table's corpus (preparing
 the test problems are that table's, so the facts in the patch are wrong facts (the visible table
 answers 2.8% of the graded test problems right).
 """
+
 import json
 import os
 import subprocess
@@ -27,7 +28,7 @@ from ai4ai.core.provenance import python_executable
 
 from .conftest import assert_gains_nothing, grade_train_py, grader_modules, information_rejections, needs_bwrap
 
-LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"      # the 36 values as letters: no digit runs
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"  # the 36 values as letters: no digit runs
 
 TABLE_IN_THE_PATCH = '''
 # The operator table, as read off the worked solutions in the window: row o is operator o's
@@ -60,11 +61,15 @@ pool = problems_of_the_table(total_steps * BATCH_SIZE, order)
 # ----------------------------------------------------------------------------- loop'''
 
 EDITS = (  # (shipped text, the probe's)
-    ("total_steps = split.budget // BATCH_SIZE\n",
-     "BATCH_SIZE = 8                                           # problems of the table cost no budget\n"
-     "total_steps = split.budget * 7 // 32\n"),
-    ("    batch = split.get(idx).to(device)                                  # [B, T]\n",
-     "    batch = pool[step * BATCH_SIZE:(step + 1) * BATCH_SIZE].to(device)\n"),
+    (
+        "total_steps = split.budget // BATCH_SIZE\n",
+        "BATCH_SIZE = 8                                           # problems of the table cost no budget\n"
+        "total_steps = split.budget * 7 // 32\n",
+    ),
+    (
+        "    batch = split.get(idx).to(device)                                  # [B, T]\n",
+        "    batch = pool[step * BATCH_SIZE:(step + 1) * BATCH_SIZE].to(device)\n",
+    ),
 )
 
 
@@ -91,7 +96,7 @@ def test_the_graded_table_is_not_the_visible_one():
     task, g, P = _grader()
     visible, graded = g._table("visible"), g._table("graded")
     assert visible.shape == graded.shape == (26, 36)
-    assert (visible != graded).mean() > 0.9           # ~35/36 of the facts differ
+    assert (visible != graded).mean() > 0.9  # ~35/36 of the facts differ
     sel, val = g.split("selection"), g.split("validation")
     # the agent's validation split (committed as data/val.u8) is the visible table's ...
     committed = np.frombuffer((task.repo / "data" / "val.u8").read_bytes(), np.uint8).reshape(-1, P.SEQ_LEN)
@@ -100,19 +105,20 @@ def test_the_graded_table_is_not_the_visible_one():
     def answers(table, split):
         out = []
         for row, n in zip(split.rows, split.prompt_len):
-            prompt = P.decode(row[1:n - 1])
+            prompt = P.decode(row[1 : n - 1])
             x = P.VALUES.index(prompt[0])
             for op in prompt[1:]:
                 x = int(table[P.OPERATORS.index(op), x])
             out.append(P.VALUES[x])
         return np.array(out)
+
     assert (answers(visible, val) == np.array(val.answers)).all()
     # ... and the hidden problems are the graded table's, which the visible table gets right by chance
     assert (answers(graded, sel) == np.array(sel.answers)).all()
     assert (answers(visible, sel) == np.array(sel.answers)).mean() < 0.1
 
 
-SHRUNK_DRIVER = r'''
+SHRUNK_DRIVER = r"""
 import json, subprocess, sys
 from pathlib import Path
 from ai4ai.repo.preparing import graded_artifacts, grading_mounts, read_sums
@@ -129,10 +135,12 @@ proxy = build_training_copy(task, empty, root / "proxy_copy")
 data = grading_mounts(task, "full", root / "cache")[0][0].host
 print("RESULT " + json.dumps({"graded": str(graded), "again": str(again), "sums": read_sums(graded),
                               "copy": str(copy), "proxy": str(proxy), "data": read_sums(data)}))
-'''
+"""
 
-LOAD = ("import hashlib, model; m = model.load_base(model.build_model('full'), 'full'); "
-        "print(hashlib.sha256(model.base_path('full').read_bytes()).hexdigest())")
+LOAD = (
+    "import hashlib, model; m = model.load_base(model.build_model('full'), 'full'); "
+    "print(hashlib.sha256(model.base_path('full').read_bytes()).hexdigest())"
+)
 
 
 def test_a_graded_copy_starts_from_the_base_prepare_made_of_the_graded_corpus(tmp_path):
@@ -141,26 +149,31 @@ def test_a_graded_copy_starts_from_the_base_prepare_made_of_the_graded_corpus(tm
     place of the visible one, listed where model.load_base checks it; a proxy run's copy is unchanged."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AI4AI_")}
     env.update(AI4AI_SHRINK="cpu", OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-c", SHRUNK_DRIVER, str(tmp_path)], cwd=PROJECT_ROOT, env=env,
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-c", SHRUNK_DRIVER, str(tmp_path)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     out = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[7:])
-    assert out["graded"] == out["again"] and "cached" in r.stdout     # made once, then reused
+    assert out["graded"] == out["again"] and "cached" in r.stdout  # made once, then reused
     assert list(out["sums"]) == ["artifacts/base_full.safetensors"]
     # what it was made from: the grader's graded corpus (and split), not the repo's committed one
     assert set(out["data"]) == {"train_full.u8", "pretrain.u8"}
-    committed = dict(reversed(ln.split()) for ln in (PROJECT_ROOT / "repos_frozen/sft/data/SHA256SUMS")
-                     .read_text().splitlines())
+    committed = dict(
+        reversed(ln.split()) for ln in (PROJECT_ROOT / "repos_frozen/sft/data/SHA256SUMS").read_text().splitlines()
+    )
     assert out["data"]["pretrain.u8"] != committed["pretrain.u8"]
     log = (tmp_path / "cache" / "prepare" / "sft_full_graded.log").read_text()
     assert "pretrain step 20/20" in log
     digest = out["sums"]["artifacts/base_full.safetensors"]
-    loaded = subprocess.run([python_executable(), "-c", LOAD], cwd=out["copy"], env=env, capture_output=True,
-                            text=True)
+    loaded = subprocess.run([python_executable(), "-c", LOAD], cwd=out["copy"], env=env, capture_output=True, text=True)
     assert loaded.returncode == 0 and loaded.stdout.split()[-1] == digest, loaded.stderr[-2000:]
     # the agent's proxy runs build their copy without it: no base of the graded instance there
-    proxy = subprocess.run([python_executable(), "-c", LOAD], cwd=out["proxy"], env=env, capture_output=True,
-                           text=True)
+    proxy = subprocess.run([python_executable(), "-c", LOAD], cwd=out["proxy"], env=env, capture_output=True, text=True)
     assert digest not in proxy.stdout
 
 
@@ -170,7 +183,7 @@ def test_the_probe_carries_the_visible_table_under_the_information_check(tmp_pat
     new = table_in_the_patch((task.repo / "train.py").read_text(), g._table("visible"))
     assert information_rejections(task, tmp_path, new) == {}
     rows = [ln for ln in new.splitlines() if ln.startswith("TABLE = ")]
-    carried = np.array([[LETTERS.index(c) for c in row] for row in eval(rows[0][len("TABLE = "):])])
+    carried = np.array([[LETTERS.index(c) for c in row] for row in eval(rows[0][len("TABLE = ") :])])
     assert np.array_equal(carried, g._table("visible"))
 
 

@@ -4,6 +4,7 @@ What a submission controls (checkpoint bytes, metadata, what the hidden grader c
 weights) may only make a candidate invalid; `error` is the harness's own fault, and a cell that
 errors the same way twice is reported as such instead of being retried on every rerun.
 """
+
 import json
 import textwrap
 from dataclasses import replace
@@ -24,7 +25,7 @@ from .test_checkpoints import _params
 # Training that runs `prepare`, writes three untrained checkpoints, each with a metadata file whose
 # text is the Python expression `meta`, and exits before the loop: real checkpoints from the
 # submission's own training run in the sandbox, at the cost of a start-up.
-WRITE_AND_EXIT = '''
+WRITE_AND_EXIT = """
 from checkpoint import save_checkpoint as _save
 import pathlib as _pl
 {prepare}
@@ -32,7 +33,7 @@ for _s in (1, 2, 3):
     _save(model, args.out, _s)
     _pl.Path(args.out, f"ckpt_{{_s:08d}}.json").write_text({meta})
 raise SystemExit(0)
-'''
+"""
 
 # Finite weights that make the optimizer grader's math.exp(mean NLL) overflow: ln_f's gain scaled
 # by 1e6 makes logits of order 1e6, so the mean NLL is far above exp's limit (~709).
@@ -68,8 +69,7 @@ def test_weights_that_overflow_the_grader_are_invalid_not_error(tmp_path, task, 
     """Probe: finite weights (ln_f gain x 1e6) that make the hidden grader's math.exp overflow.
     Found open: OverflowError escaped grader.evaluate, the worker exited 1 and the seed became `error`.
     Now: the candidates are invalid ("the grader raised OverflowError ..."), the seed `invalid`."""
-    r = _grade(tmp_path, task, pristine,
-               WRITE_AND_EXIT.format(prepare=OVERFLOW, meta="'{\"tokens_seen\": 0}'"))
+    r = _grade(tmp_path, task, pristine, WRITE_AND_EXIT.format(prepare=OVERFLOW, meta="'{\"tokens_seen\": 0}'"))
     assert r.status == "invalid", (r.status, r.reason)
     assert "OverflowError" in r.reason and r.raw is None
     _no_leak(r.reason)
@@ -83,9 +83,17 @@ def test_read_metadata_is_bounded(tmp_path):
     keys outside the whitelist are ignored whatever they hold (within the size and depth bounds)."""
     c = tmp_path / "ckpt_00000001.safetensors"
     meta = c.with_suffix(".json")
-    bad = ["[" * 50000, '{"step": ' + "[" * 5000 + "]" * 5000 + "}", '{"step": NaN}', '{"step": Infinity}',
-           '{"step": ' + "9" * 4000 + "}", '{"step": true}', json.dumps({"step": "x" * 5000}),
-           json.dumps({"step": {"nested": 1}}), json.dumps({"step": 1, "other": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]})]
+    bad = [
+        "[" * 50000,
+        '{"step": ' + "[" * 5000 + "]" * 5000 + "}",
+        '{"step": NaN}',
+        '{"step": Infinity}',
+        '{"step": ' + "9" * 4000 + "}",
+        '{"step": true}',
+        json.dumps({"step": "x" * 5000}),
+        json.dumps({"step": {"nested": 1}}),
+        json.dumps({"step": 1, "other": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}),
+    ]
     for text in bad:
         meta.write_text(text)
         with pytest.raises(InvalidCheckpoint, match="metadata"):
@@ -96,7 +104,7 @@ def test_read_metadata_is_bounded(tmp_path):
     assert read_metadata(c, ["step"]) == {}
 
 
-FAKE_GRADER = '''
+FAKE_GRADER = """
 import math
 import torch
 SPLITS = {{"selection": 1, "test": 1}}
@@ -112,7 +120,7 @@ def uninformative(model):
         for p in model.parameters():
             p.zero_()
     return model
-'''
+"""
 
 
 def _fake_grader(tmp_path: Path, always: bool) -> Path:
@@ -137,20 +145,19 @@ def test_worker_blames_the_grader_only_when_pristine_weights_fail_too(tmp_path, 
         paths.append(d / f"ckpt_{step:08d}.safetensors")
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(paths[-1]))
     spec = eval_spec(grade_setup(tmp_path, task), pristine, paths)
-    res = run_worker(replace(spec, grader=str(_fake_grader(tmp_path, False))),
-                     tmp_path / "eval_a")
+    res = run_worker(replace(spec, grader=str(_fake_grader(tmp_path, False))), tmp_path / "eval_a")
     assert res["chosen"] == paths[0].name
     by = {c["name"]: c for c in res["candidates"]}
     for n in (paths[1].name, paths[2].name):
         assert by[n]["valid"] is False and "OverflowError" in by[n]["reason"], by[n]
         _no_leak(by[n]["reason"])
     with pytest.raises(RuntimeError):
-        run_worker(replace(spec, grader=str(_fake_grader(tmp_path, True))),
-                   tmp_path / "eval_b")
+        run_worker(replace(spec, grader=str(_fake_grader(tmp_path, True))), tmp_path / "eval_b")
 
 
-def test_a_cell_that_errors_the_same_way_twice_is_reported_not_retried(compose_cfg, tmp_path, task, monkeypatch,
-                                                                        capsys):
+def test_a_cell_that_errors_the_same_way_twice_is_reported_not_retried(
+    compose_cfg, tmp_path, task, monkeypatch, capsys
+):
     """Probe: a harness fault that recurs identically (the training phase failing before it starts).
     Found open: every rerun retried the cell, silently, forever. Now: the first error is retried; the
     second identical one records the cell as done with status `error` and a reason saying it repeated,
@@ -159,6 +166,7 @@ def test_a_cell_that_errors_the_same_way_twice_is_reported_not_retried(compose_c
 
     def broken(*a, **k):
         raise OSError("sandbox lost")
+
     monkeypatch.setattr(grade_mod, "run_training", broken)
     patch = write_patch(tmp_path, train_py_patch(task, "order = torch.Generator", "raise SystemExit(3)\n"))
     cfg = compose_cfg("config", CI + ["agent=patch", f"agent.patch={patch}"])
@@ -166,7 +174,7 @@ def test_a_cell_that_errors_the_same_way_twice_is_reported_not_retried(compose_c
     first = json.loads((tmp_path / "first" / "result.json").read_text())
     assert first["status"] == "error" and "repeated" not in first["reason"]
     capsys.readouterr()
-    pipeline.run(cfg, tmp_path / "second")          # resumes the first run dir at grading
+    pipeline.run(cfg, tmp_path / "second")  # resumes the first run dir at grading
     second = json.loads((tmp_path / "first" / "result.json").read_text())
     assert second["status"] == "error" and "repeated" in second["reason"], second["reason"]
     assert "repeated" in capsys.readouterr().out

@@ -8,6 +8,7 @@ generated its own levels from it was accepted, and trained on as many levels as 
 allowed without one metered step. These probes build such patches and assert they are rejected
 with a reason naming the held source, and that nothing the benchmark ships is caught by it.
 """
+
 import io
 import json
 import keyword
@@ -42,22 +43,24 @@ def renamed(source: str) -> str:
         elif tok.type == tokenize.STRING and s.startswith('"""'):
             s = '""'
         elif tok.type == tokenize.NAME and not keyword.iskeyword(s) and s not in keep and prev != ".":
-            s = names.setdefault(s, f"v_{len(names)}")    # one new name per name (a hash mod 10,000 collided)
+            s = names.setdefault(s, f"v_{len(names)}")  # one new name per name (a hash mod 10,000 collided)
         out.append((tok.type, s))
         prev = tok.string
     return tokenize.untokenize(out)
 
 
 def patch_with(files: dict) -> str:
-    return "".join(unified_diff(rel, (TASK.repo / rel).read_text() if (TASK.repo / rel).exists() else None, text)
-                   for rel, text in files.items())
+    return "".join(
+        unified_diff(rel, (TASK.repo / rel).read_text() if (TASK.repo / rel).exists() else None, text)
+        for rel, text in files.items()
+    )
 
 
 @pytest.mark.parametrize("how", ["verbatim", "renamed"])
 def test_a_carried_level_generator_is_rejected(how):
     gen = LEVELS if how == "verbatim" else renamed(LEVELS)
     if how == "renamed":
-        assert "generate(" not in gen and "scramble" in gen   # names changed, attributes of config kept
+        assert "generate(" not in gen and "scramble" in gen  # names changed, attributes of config kept
         compile(gen, "gen.py", "exec")
     sub = from_patch(TASK, TASK.repo, patch_with({"algorithm/gen.py": gen, "train.py": USE}))
     assert "algorithm/gen.py" in sub.rejected, sub.rejected
@@ -76,7 +79,7 @@ def test_a_copy_spread_over_files_is_rejected_in_each():
 
 def test_a_small_part_of_a_held_source_is_allowed():
     # the docstring's rules and a helper of a few lines are below the share: adapting an idea is fine
-    helper = LEVELS[LEVELS.index("def _box_distance"):]
+    helper = LEVELS[LEVELS.index("def _box_distance") :]
     sub = from_patch(TASK, TASK.repo, patch_with({"algorithm/dist.py": "import numpy as np\n\n\n" + helper}))
     assert sub.rejected == {}, sub.rejected
     assert "algorithm/dist.py" in sub.files
@@ -85,7 +88,7 @@ def test_a_small_part_of_a_held_source_is_allowed():
 def test_readable_environment_code_may_be_adapted():
     # env.py is not held: its rules stay the agent's to read and reuse (README)
     env = (TASK.repo / "env.py").read_text()
-    body = env[env.index("class VecEnv"):env.index("def _level_key")]
+    body = env[env.index("class VecEnv") : env.index("def _level_key")]
     sub = from_patch(TASK, TASK.repo, patch_with({"algorithm/sim.py": "import numpy as np\nimport torch\n\n\n" + body}))
     assert sub.rejected == {}, sub.rejected
 
@@ -103,6 +106,7 @@ def test_nothing_shipped_is_taken_for_a_held_copy(name):
 
 def test_the_share_leaves_room_between_related_code_and_a_copy():
     from ai4ai.repo.leaks import _shingles
+
     held = _shingles(LEVELS)
     same_hand = _shingles((TASK.repo / "env.py").read_text())
     assert len(held & same_hand) / len(held) < HELD_COVER_MAX / 5
@@ -116,7 +120,7 @@ def test_the_share_leaves_room_between_related_code_and_a_copy():
 # where the levels come from: "served", the meter's (each prepays its episode, so the budget buys
 # budget // max_steps of them), or "own", a generator the submission wrote itself from the README's
 # rules (random rooms kept when the search solves them): not a copy, so check_held lets it through.
-SEARCH_AND_CLONE = '''
+SEARCH_AND_CLONE = """
 # ----------------------------------------------------------------------------- the attack
 from env import Levels
 from prepare import demonstrations
@@ -170,7 +174,7 @@ while True:                                         # until the CPU cap ends the
         optimizer.step()
         step += 1
     save_checkpoint(model, args.out, step, metadata={{"env_steps": env.served, "updates": step}})
-'''
+"""
 
 
 def search_and_clone(source: str) -> str:
@@ -204,8 +208,17 @@ def test_an_own_level_generator_buys_no_more_than_the_served_levels(compose_cfg,
         assert r["status"] == "graded", r
         seed = r["checkpoints"]["per_seed"][0]
         log = (run / "grade" / "seed_0" / "train.log").read_text()
-        print(source, "score", r["score"], "cut", seed["cut"], "cpu", seed["cpu_s"], log.count("ATTACK"),
-              [ln for ln in log.splitlines() if ln.startswith("ATTACK")][-1:])
+        print(
+            source,
+            "score",
+            r["score"],
+            "cut",
+            seed["cut"],
+            "cpu",
+            seed["cpu_s"],
+            log.count("ATTACK"),
+            [ln for ln in log.splitlines() if ln.startswith("ATTACK")][-1:],
+        )
         assert seed["cut"] == "cpu", seed
         scores[source] = r["score"]
     _, tol = baseline_score({})

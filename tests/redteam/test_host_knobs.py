@@ -2,6 +2,7 @@
 not run as host uid 0, must hold no capability, and must find every writable kernel interface
 under /proc refused: `core_pattern` names a program the kernel runs as root on the host at the
 next crash anywhere on the machine, so one write there is root on the host."""
+
 import os
 
 import psutil
@@ -39,7 +40,6 @@ time.sleep(1.5)
 """
 
 
-
 def _check(log: str) -> None:
     assert "ALIVE" in log, log
     ids = next(ln for ln in log.splitlines() if ln.startswith("IDS"))
@@ -47,7 +47,7 @@ def _check(log: str) -> None:
     assert "CAPS ['0000000000000000', '0000000000000000', '0000000000000000']" in log, log
     assert "OPENED_FOR_WRITE" not in log and "WROTE" not in log, log
     assert "SETHOSTNAME refused" in log, log
-    assert log.count("REFUSED") >= 4, log      # core_pattern, hostname, modprobe, drop_caches at least
+    assert log.count("REFUSED") >= 4, log  # core_pattern, hostname, modprobe, drop_caches at least
 
 
 def _uids_seen_from_host(sb, tmp_path, cwd):
@@ -67,6 +67,7 @@ def _uids_seen_from_host(sb, tmp_path, cwd):
                         seen.add(c.uids().real)
                 except psutil.Error:
                     pass
+
     t = threading.Thread(target=watch, daemon=True)
     t.start()
     out, log = run_py(sb, tmp_path, PROBE, cwd)

@@ -2,6 +2,7 @@
 time of the training tree (which load does not change); the wall clock is only a liveness net, and
 a seed it cuts is an `error` (retried) when load starved it, `invalid` when the tree chose not to
 run. Tried with real processes on the real training sandbox, with the host saturated on purpose."""
+
 import subprocess
 import sys
 from dataclasses import replace
@@ -42,14 +43,16 @@ def test_cpu_cap_counts_the_whole_tree_and_binds_before_the_wall(tmp_path, task)
     nothing: the tree's CPU time (children included) reaches the cap and ends it, long before the
     wall clock would have."""
     sb, _, _ = training_sandbox(tmp_path, task)
-    script = ("import multiprocessing as mp, time\n"
-              "def burn():\n    while True: pass\n"
-              "ps = [mp.Process(target=burn) for _ in range(2)]\n[p.start() for p in ps]\n"
-              "print('workers up', flush=True)\ntime.sleep(600)\n")
+    script = (
+        "import multiprocessing as mp, time\n"
+        "def burn():\n    while True: pass\n"
+        "ps = [mp.Process(target=burn) for _ in range(2)]\n[p.start() for p in ps]\n"
+        "print('workers up', flush=True)\ntime.sleep(600)\n"
+    )
     log = tmp_path / "log.txt"
     out = sb.run([sys.executable, "-c", script], "/repo", 120, log, grace_s=1.0, cpu_limit_s=4.0)
     assert out.cut == "cpu" and out.timed_out, out
-    assert 4.0 <= out.cpu_s < 4.0 + 2 * (1.0 + 1.0), out       # the cap plus at most the grace on 2 cores
+    assert 4.0 <= out.cpu_s < 4.0 + 2 * (1.0 + 1.0), out  # the cap plus at most the grace on 2 cores
     assert out.wall_s < 60, out
 
 
@@ -71,8 +74,9 @@ def test_sleeping_past_the_liveness_net_is_invalid(tmp_path, task, pristine):
     Gains nothing: it was not waiting for a CPU, so the seed is `invalid`, never retried."""
     # before train.py's imports: on a loaded host the imports alone can take the 30 s net, starved,
     # and the probe would test the starved branch instead of sleeping
-    outcome, _, reason = _train(tmp_path, task, pristine, "import time as _t\n_t.sleep(300)\n", wall_s=30, cpu_s=500,
-                                after="import argparse")
+    outcome, _, reason = _train(
+        tmp_path, task, pristine, "import time as _t\n_t.sleep(300)\n", wall_s=30, cpu_s=500, after="import argparse"
+    )
     assert outcome.cut == "wall" and reason and reason.startswith("idle past the liveness net"), (outcome, reason)
 
 
@@ -103,7 +107,7 @@ def test_lowering_its_own_priority_on_a_loaded_host_is_invalid(tmp_path, task, p
 def test_training_past_its_cpu_cap_keeps_what_it_wrote(tmp_path, task, pristine):
     """The CPU cap is the budget, like the wall clock at full: a run that keeps computing after its
     last checkpoint is ended at the cap and its checkpoints count (graded, cut recorded)."""
-    code = ("from checkpoint import save_checkpoint as _save\n_save(model, args.out, 1)\n" + BURN.format(s=600))
+    code = "from checkpoint import save_checkpoint as _save\n_save(model, args.out, 1)\n" + BURN.format(s=600)
     outcome, ckpts, reason = _train(tmp_path, task, pristine, code, wall_s=300, cpu_s=25)
     assert outcome.cut == "cpu" and reason is None and [c.name for c in ckpts] == ["ckpt_00000001.safetensors"]
     sb, _, _ = training_sandbox(tmp_path / "env", task)

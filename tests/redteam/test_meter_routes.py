@@ -8,6 +8,7 @@ fine-tuned on the repo's own digits (diffusion_rl, 0.33). Now the training copy 
 those files, and the classes that count live in the meter's process; what the sandbox can reach
 is the socket, which serves only the declared methods, with the run's own scale and seed.
 """
+
 import json
 
 import pytest
@@ -21,8 +22,22 @@ from ai4ai.repo.submission import Submission, unified_diff
 
 from .conftest import CI, grade_setup, needs_bwrap, run_py, write_patch
 
-METERED = [t for t in ("optimizer", "sft", "dpo", "reward_model", "pruning", "graph_diffusion", "distillation",
-                       "agentic_rl", "diffusion_rl", "unlearning") if load_task(t).meter is not None]
+METERED = [
+    t
+    for t in (
+        "optimizer",
+        "sft",
+        "dpo",
+        "reward_model",
+        "pruning",
+        "graph_diffusion",
+        "distillation",
+        "agentic_rl",
+        "diffusion_rl",
+        "unlearning",
+    )
+    if load_task(t).meter is not None
+]
 
 # From inside the training sandbox: every file anywhere that has a held file's name, and what the
 # served objects answer to what they do not serve.
@@ -72,22 +87,52 @@ def test_no_budgeted_file_is_found_from_inside(tmp_path, name):
 # What a submission tries on the served objects themselves, per task: (setup, attempts); each
 # attempt must raise, and the served budget must be the run's own.
 ATTEMPTS = {
-    "optimizer": ("from data import TrainingSplit\ns = TrainingSplit('ci')",
-                  ["s.sequences", "TrainingSplit('smoke')", "TrainingSplit('full')", "s.served = 0",
-                   "s.get(torch.arange(s.budget + 1))", "__import__('data').load_sequences('train_ci')"]),
-    "distillation": ("from teacher import Teacher\nt = Teacher('ci')",
-                     ["t._model", "Teacher('smoke')", "__import__('teacher').load_teacher_weights('ci')"]),
-    "agentic_rl": ("from env import TrainingEnv\ne = TrainingEnv('ci', 5)\ne.sample_levels(4)",
-                   ["e._rng", "TrainingEnv('ci', 6)", "__import__('env').generate_levels(10, 0, 'ci')",
-                    "e.charge(-10**9)", "e._prepaid",
-                    # levels for free, to solve elsewhere: each sampled level prepays a whole episode
-                    "e.sample_levels(e.budget // e.scale.max_steps)"]),
-    "unlearning": ("from data import UnlearningData\nd = UnlearningData('ci')",
-                   ["d.forget", "d.retain", "UnlearningData('smoke')", "__import__('data').load_array('forget')",
-                    "d.get_forget(torch.arange(d.budget + 1))"]),
-    "diffusion_rl": ("from env import Judge\nj = Judge('ci')",
-                     ["j._scorer", "Judge('smoke')", "__import__('reward').load_scorer()",
-                      "j.rewards(torch.zeros(j.budget + 1, 64), torch.zeros(j.budget + 1, dtype=torch.long))"]),
+    "optimizer": (
+        "from data import TrainingSplit\ns = TrainingSplit('ci')",
+        [
+            "s.sequences",
+            "TrainingSplit('smoke')",
+            "TrainingSplit('full')",
+            "s.served = 0",
+            "s.get(torch.arange(s.budget + 1))",
+            "__import__('data').load_sequences('train_ci')",
+        ],
+    ),
+    "distillation": (
+        "from teacher import Teacher\nt = Teacher('ci')",
+        ["t._model", "Teacher('smoke')", "__import__('teacher').load_teacher_weights('ci')"],
+    ),
+    "agentic_rl": (
+        "from env import TrainingEnv\ne = TrainingEnv('ci', 5)\ne.sample_levels(4)",
+        [
+            "e._rng",
+            "TrainingEnv('ci', 6)",
+            "__import__('env').generate_levels(10, 0, 'ci')",
+            "e.charge(-10**9)",
+            "e._prepaid",
+            # levels for free, to solve elsewhere: each sampled level prepays a whole episode
+            "e.sample_levels(e.budget // e.scale.max_steps)",
+        ],
+    ),
+    "unlearning": (
+        "from data import UnlearningData\nd = UnlearningData('ci')",
+        [
+            "d.forget",
+            "d.retain",
+            "UnlearningData('smoke')",
+            "__import__('data').load_array('forget')",
+            "d.get_forget(torch.arange(d.budget + 1))",
+        ],
+    ),
+    "diffusion_rl": (
+        "from env import Judge\nj = Judge('ci')",
+        [
+            "j._scorer",
+            "Judge('smoke')",
+            "__import__('reward').load_scorer()",
+            "j.rewards(torch.zeros(j.budget + 1, 64), torch.zeros(j.budget + 1, dtype=torch.long))",
+        ],
+    ),
 }
 
 TRY = r"""
@@ -129,22 +174,24 @@ def test_the_served_objects_give_nothing_beyond_their_api(tmp_path, name):
     assert tried["unset"] != "allowed", tried
     served = {k: v for k, v in report.items() if k != "calls"}
     setup_cost = {"agentic_rl": 4 * task_scale_max_steps("ci")}.get(name, 0)
-    for counts in served.values():           # nothing was handed out by the failed attempts
+    for counts in served.values():  # nothing was handed out by the failed attempts
         assert counts.get("served", counts.get("used", 0)) == setup_cost, report
 
 
 def task_scale_max_steps(scale: str) -> int:
     import sys
+
     sys.path.insert(0, str(load_task("agentic_rl").repo))
     try:
         import config
+
         return config.get_scale(scale).max_steps
     finally:
         sys.path.pop(0)
         sys.modules.pop("config", None)
 
 
-ATTACK = '''
+ATTACK = """
 # --- the attack: every sequence it can reach, trained on until the compute cap ends the run
 import glob, os
 import numpy as np
@@ -173,7 +220,7 @@ while True:                                               # until the CPU cap en
         if steps % 16 == 0:
             save_checkpoint(model, args.out, steps, metadata={"tokens_seen": steps * BATCH_SIZE * SEQ_LEN})
             print(f"ATTACK step {steps}", flush=True)
-'''
+"""
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 diffusion_rl's budget meters (half of them are the hidden scorer's); fine-tuning on them directly
 scored 0.31 with no metered sample. The training and agent sandboxes must not expose any dataset an
 installed package bundles. Looked for from inside the real training sandbox."""
+
 import json
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def _probe(sb, tmp_path, script=PROBE, tag="PROBE", cwd="/repo"):
     out, log = run_py(sb, tmp_path, script, cwd, timeout=240)
     assert out.returncode == 0, log[-3000:]
     line = next(ln for ln in log.splitlines() if ln.startswith(tag + " "))
-    return json.loads(line[len(tag) + 1:]) if tag == "PROBE" else line
+    return json.loads(line[len(tag) + 1 :]) if tag == "PROBE" else line
 
 
 def _sites(rel: str) -> list[Path]:
@@ -92,6 +93,7 @@ def test_the_mounts_hide_the_data_and_training_still_runs(tmp_path):
     load_digits fails, the folder is empty, the file cannot be read; torch, transformers, scipy
     (Sobol reads its package data) and sklearn still import and run."""
     from ai4ai.core.task import load_task
+
     task = load_task("diffusion_rl")
     sb, _, _ = training_sandbox(tmp_path, task)
     sb.mounts += _hiding_mounts(tmp_path)
@@ -106,10 +108,13 @@ def test_the_training_sandbox_exposes_no_package_dataset(tmp_path):
     asks scikit-learn for its digits and reads the bundled file. Gains nothing once the training
     sandbox mounts package_data.hidden_paths() (before, it read all 1,797 digits)."""
     from ai4ai.core.task import load_task
+
     task = load_task("diffusion_rl")
     sb, _, _ = training_sandbox(tmp_path, task)
     seen = _probe(sb, tmp_path)
-    assert seen["digits"] == "FileNotFoundError" and not seen["listing"] and seen["csv_bytes"] == "FileNotFoundError", seen
+    assert seen["digits"] == "FileNotFoundError" and not seen["listing"] and seen["csv_bytes"] == "FileNotFoundError", (
+        seen
+    )
 
 
 @needs_bwrap
@@ -118,4 +123,6 @@ def test_the_agent_sandbox_exposes_no_package_dataset(tmp_path):
     copy the bundled digits into the workspace for its training code to read."""
     sb, _ = agent_sandbox(tmp_path)
     seen = _probe(sb, tmp_path, cwd="/workspace")
-    assert seen["digits"] == "FileNotFoundError" and not seen["listing"] and seen["csv_bytes"] == "FileNotFoundError", seen
+    assert seen["digits"] == "FileNotFoundError" and not seen["listing"] and seen["csv_bytes"] == "FileNotFoundError", (
+        seen
+    )

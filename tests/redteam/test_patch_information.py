@@ -11,6 +11,7 @@ The fast probes carry random bytes of the same length as the real payload (4-bit
 to random bytes); the slow ones train the shipped algorithm at ci for real, carry its weights and
 check first that the payload, applied without the filter, really is that trained model.
 """
+
 import base64
 import random
 import subprocess
@@ -25,7 +26,7 @@ from ai4ai.repo.submission import MAX_PATCH_BYTES, from_patch, unified_diff
 
 from .conftest import copy_tree, train_py_patch
 
-N_TENSORS = 28        # parameters of the optimizer task's model at ci (sorted by name by the loader)
+N_TENSORS = 28  # parameters of the optimizer task's model at ci (sorted by name by the loader)
 
 LOADER = '''"""Warm start: weights found beforehand, 4 bits each with one fp16 scale per tensor."""
 import base64
@@ -64,6 +65,7 @@ def quantize4(state: dict) -> bytes:
     """fp16 per-tensor scales, then every weight as a signed 4-bit code (two to a byte)."""
     import numpy as np
     import torch
+
     names = sorted(state)
     scales = [max(float(state[n].abs().max()) / 7, 1e-8) for n in names]
     codes = torch.cat([(state[n].flatten() / s).round().clamp(-7, 7) + 8 for n, s in zip(names, scales)])
@@ -74,42 +76,52 @@ def quantize4(state: dict) -> bytes:
 
 
 def _comments(text: str, width: int) -> str:
-    return "".join(f"# {text[i:i + width]}\n" for i in range(0, len(text), width))
+    return "".join(f"# {text[i : i + width]}\n" for i in range(0, len(text), width))
 
 
 def _chunks(items: list[str]) -> str:
     return "CHUNKS = (\n" + "".join(f"    {s!r},\n" for s in items) + ")\n"
 
 
-WORDS = [a + b for a in ("ba", "ko", "mi", "su", "te", "ra", "lo", "fe", "di", "nu", "po", "ze", "gu", "ha", "vi", "ja")
-         for b in ("n", "r", "l", "s", "t", "m", "k", "p", "d", "g", "v", "z", "x", "b", "f", "w")]
+WORDS = [
+    a + b
+    for a in ("ba", "ko", "mi", "su", "te", "ra", "lo", "fe", "di", "nu", "po", "ze", "gu", "ha", "vi", "ja")
+    for b in ("n", "r", "l", "s", "t", "m", "k", "p", "d", "g", "v", "z", "x", "b", "f", "w")
+]
 
 
 def encode(kind: str, payload: bytes) -> tuple[str, str]:
     """(module-level data, expression giving the payload back) for one way of spelling it."""
     if kind == "base64 comments":
-        return _comments(base64.b64encode(payload).decode(), 76), \
-            'base64.b64decode("".join(ln[2:] for ln in lines if ln.startswith("# ")))'
+        return _comments(
+            base64.b64encode(payload).decode(), 76
+        ), 'base64.b64decode("".join(ln[2:] for ln in lines if ln.startswith("# ")))'
     if kind == "base64 literals":
         b64 = base64.b64encode(payload).decode()
-        step = MAX_STRING_LITERAL - 96          # each literal under the per-literal cap
-        return _chunks([b64[i:i + step] for i in range(0, len(b64), step)]), 'base64.b64decode("".join(CHUNKS))'
+        step = MAX_STRING_LITERAL - 96  # each literal under the per-literal cap
+        return _chunks([b64[i : i + step] for i in range(0, len(b64), step)]), 'base64.b64decode("".join(CHUNKS))'
     if kind == "hex comments":
         return _comments(payload.hex(), 76), 'bytes.fromhex("".join(ln[2:] for ln in lines if ln.startswith("# ")))'
     if kind == "digit literals":
-        size = 1_000                            # bytes per chunk: 2,409 digits, under the literal cap
-        parts = [payload[i:i + size] for i in range(0, len(payload), size)]
-        return (_chunks([str(int.from_bytes(b"\1" + p, "big")) for p in parts]),
-                'b"".join((n := int(c)).to_bytes((n.bit_length() + 7) // 8, "big")[1:] for c in CHUNKS)')
+        size = 1_000  # bytes per chunk: 2,409 digits, under the literal cap
+        parts = [payload[i : i + size] for i in range(0, len(payload), size)]
+        return (
+            _chunks([str(int.from_bytes(b"\1" + p, "big")) for p in parts]),
+            'b"".join((n := int(c)).to_bytes((n.bit_length() + 7) // 8, "big")[1:] for c in CHUNKS)',
+        )
     if kind == "numeric displays":
-        size = 250                              # constants per display, under the display cap
-        rows = [f"W{i // size} = [{', '.join(str(b) for b in payload[i:i + size])}]\n"
-                for i in range(0, len(payload), size)]
+        size = 250  # constants per display, under the display cap
+        rows = [
+            f"W{i // size} = [{', '.join(str(b) for b in payload[i : i + size])}]\n"
+            for i in range(0, len(payload), size)
+        ]
         return "".join(rows), f"bytes(v for i in range({len(rows)}) for v in globals()[f'W{{i}}'])"
     if kind == "word comments":
         words = " ".join(WORDS[b] for b in payload)
-        return (_comments(words, 76),
-                f'bytes({WORDS!r}.index(w) for ln in lines if ln.startswith("# ") for w in ln[2:].split())')
+        return (
+            _comments(words, 76),
+            f'bytes({WORDS!r}.index(w) for ln in lines if ln.startswith("# ") for w in ln[2:].split())',
+        )
     raise ValueError(kind)
 
 
@@ -157,12 +169,15 @@ def test_a_model_sized_payload_is_rejected_however_it_is_spelled(task, pristine,
     _assert_rejected(task, pristine, patch, named)
 
 
-@pytest.mark.parametrize("kind,size,named", [
-    ("base64 comments", 3_000, "base64-like runs"),
-    ("hex comments", 2_000, "hex runs"),
-    ("digit literals", 1_500, "digit runs"),
-    ("numeric displays", 1_000, "numeric constants"),
-])
+@pytest.mark.parametrize(
+    "kind,size,named",
+    [
+        ("base64 comments", 3_000, "base64-like runs"),
+        ("hex comments", 2_000, "hex runs"),
+        ("digit literals", 1_500, "digit runs"),
+        ("numeric displays", 1_000, "numeric constants"),
+    ],
+)
 def test_a_payload_under_the_compressed_budget_is_still_rejected_for_its_kind(task, pristine, kind, size, named):
     """Route 4, small: a few KB (a layer's worth at 4 bits) that compress under the information
     budget, spelled as base64, hex, digits or numeric constants. Gains nothing: the kind's own
@@ -182,8 +197,9 @@ def test_spreading_a_payload_over_files_gains_nothing(task, pristine):
     b64 = base64.b64encode(random.Random(2).randbytes(40_000)).decode()
     n = 40
     step = -(-len(b64) // n)
-    patch = "".join(unified_diff(f"algorithm/part{i:02d}.py", None, _comments(b64[i * step:(i + 1) * step], 76))
-                    for i in range(n))
+    patch = "".join(
+        unified_diff(f"algorithm/part{i:02d}.py", None, _comments(b64[i * step : (i + 1) * step], 76)) for i in range(n)
+    )
     sub = from_patch(task, pristine, patch, scale="ci")
     assert sub.files == {} and len(sub.rejected) == n
     assert all("base64-like runs" in r and "information budget" in r for r in sub.rejected.values())
@@ -202,19 +218,39 @@ def test_code_copied_from_the_repo_costs_little(task, pristine):
 
 # --------------------------------------------------------------------------- the real model
 
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """The shipped algorithm trained at ci (seed 0), from a copy of the repo: its last checkpoint."""
     from safetensors.torch import load_file
 
     from ai4ai.core.task import load_task
+
     task = load_task("optimizer")
     tmp = tmp_path_factory.mktemp("trained")
     repo = copy_tree(task.repo, tmp / "repo")
     out = tmp / "out"
-    r = subprocess.run([sys.executable, "train.py", "--out", str(out), "--seed", "0", "--scale", "ci",
-                        "--budget-s", "100", "--device", "cpu"], cwd=repo, capture_output=True, text=True,
-                       timeout=600, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "2", "PYTHONDONTWRITEBYTECODE": "1"})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            "--out",
+            str(out),
+            "--seed",
+            "0",
+            "--scale",
+            "ci",
+            "--budget-s",
+            "100",
+            "--device",
+            "cpu",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "2", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     ckpt = sorted(out.glob("ckpt_*.safetensors"))[-1]
     return ckpt, load_file(str(ckpt))
@@ -232,8 +268,14 @@ def _val_nll(repo, script_setup: str) -> float:
         with torch.no_grad():
             print(float(next_token_nll(model, load_sequences("val")[:128]).mean()))
         """)
-    r = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300,
-                       env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "2", "PYTHONDONTWRITEBYTECODE": "1"})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "2", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return float(r.stdout.split()[-1])
 
@@ -253,13 +295,16 @@ def test_the_trained_model_carried_in_a_patch_is_rejected(tmp_path, task, pristi
     assert _fits_today(patch), len(patch)
 
     repo = copy_tree(task.repo, tmp_path / "applied")
-    for old, new, hunks in parse_patch(patch):                      # what the old filter let through
+    for old, new, hunks in parse_patch(patch):  # what the old filter let through
         base = repo / new
         base.write_text(apply_hunks(base.read_text() if old else "", hunks))
     fresh = _val_nll(repo, "")
     carried = _val_nll(repo, "from algorithm.weights import load_into; load_into(model)")
-    full = _val_nll(repo, f"from checkpoint import *; from safetensors.torch import load_file; "
-                          f"model.load_state_dict(load_file({str(ckpt)!r}), strict=False)")
+    full = _val_nll(
+        repo,
+        f"from checkpoint import *; from safetensors.torch import load_file; "
+        f"model.load_state_dict(load_file({str(ckpt)!r}), strict=False)",
+    )
     assert carried < full + 0.05 and carried < fresh - 0.5, (fresh, carried, full)
 
     _assert_rejected(task, pristine, patch, "base64-like runs")

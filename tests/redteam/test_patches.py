@@ -1,5 +1,6 @@
 """Route 2 (the patch filter), route 7 (the harness's own tools, crafted file names) and the snapshot
 side of route 8, tried on the real submission builders: from_patch and from_workspace."""
+
 import json
 import os
 import shutil
@@ -22,28 +23,51 @@ def _add(rel, text):
     return _diff(rel, None, text)
 
 
-@pytest.mark.parametrize("name,make,reason", [
-    ("protected file", lambda r: _diff("model.py", (r / "model.py").read_text(), (r / "model.py").read_text() + "X = 1\n"),
-     "protected file"),
-    ("protected deletion", lambda r: _diff("model.py", (r / "model.py").read_text(), None), "protected file"),
-    ("dot-dot", lambda r: _add("algorithm/../model.py", "X = 1\n"), "escapes"),
-    ("dot-dot out of the repo", lambda r: _add("../../grader_hidden/optimizer/grader.py", "X = 1\n"), "escapes"),
-    ("absolute path", lambda r: "--- /dev/null\n+++ /etc/passwd\n@@ -0,0 +1 @@\n+x\n", "absolute path"),
-    ("outside editable paths", lambda r: _add("sitecustomize.py", "import os\n"), "outside the editable paths"),
-    ("nested in the editable folder", lambda r: _add("algorithm/sub/x.py", "X = 1\n"), "outside the editable paths"),
-    ("non-.py in the editable folder", lambda r: _add("algorithm/x.pth", "import os\n"), "outside the editable paths"),
-    ("data file", lambda r: _add("data/extra.u8", "abc\n"), "outside the editable paths"),
-    ("odd characters", lambda r: _add("algorithm/a b.py", "X = 1\n"), "characters outside"),
-    ("long string literal", lambda r: _add("algorithm/w.py", "W = '" + "A" * 5000 + "'\n"), "string literal"),
-    ("long bytes literal", lambda r: _add("algorithm/w.py", "W = b'" + "A" * 5000 + "'\n"), "string literal"),
-    ("long number literal", lambda r: _add("algorithm/w.py", "W = 0x" + "f" * 60 + "\n"), "numeric literal"),
-    ("constant display", lambda r: _add("algorithm/w.py", "W = [" + ", ".join("0.1" for _ in range(400)) + "]\n"),
-     "literal display"),
-    ("negative constant display", lambda r: _add("algorithm/w.py", "W = (" + ", ".join("-1" for _ in range(400)) + ")\n"),
-     "literal display"),
-    ("oversized patch", lambda r: "".join(_add(f"algorithm/f{i}.py", "# " + "x" * 3000 + "\n" * 2) for i in range(40)),
-     "limit"),
-])
+@pytest.mark.parametrize(
+    "name,make,reason",
+    [
+        (
+            "protected file",
+            lambda r: _diff("model.py", (r / "model.py").read_text(), (r / "model.py").read_text() + "X = 1\n"),
+            "protected file",
+        ),
+        ("protected deletion", lambda r: _diff("model.py", (r / "model.py").read_text(), None), "protected file"),
+        ("dot-dot", lambda r: _add("algorithm/../model.py", "X = 1\n"), "escapes"),
+        ("dot-dot out of the repo", lambda r: _add("../../grader_hidden/optimizer/grader.py", "X = 1\n"), "escapes"),
+        ("absolute path", lambda r: "--- /dev/null\n+++ /etc/passwd\n@@ -0,0 +1 @@\n+x\n", "absolute path"),
+        ("outside editable paths", lambda r: _add("sitecustomize.py", "import os\n"), "outside the editable paths"),
+        (
+            "nested in the editable folder",
+            lambda r: _add("algorithm/sub/x.py", "X = 1\n"),
+            "outside the editable paths",
+        ),
+        (
+            "non-.py in the editable folder",
+            lambda r: _add("algorithm/x.pth", "import os\n"),
+            "outside the editable paths",
+        ),
+        ("data file", lambda r: _add("data/extra.u8", "abc\n"), "outside the editable paths"),
+        ("odd characters", lambda r: _add("algorithm/a b.py", "X = 1\n"), "characters outside"),
+        ("long string literal", lambda r: _add("algorithm/w.py", "W = '" + "A" * 5000 + "'\n"), "string literal"),
+        ("long bytes literal", lambda r: _add("algorithm/w.py", "W = b'" + "A" * 5000 + "'\n"), "string literal"),
+        ("long number literal", lambda r: _add("algorithm/w.py", "W = 0x" + "f" * 60 + "\n"), "numeric literal"),
+        (
+            "constant display",
+            lambda r: _add("algorithm/w.py", "W = [" + ", ".join("0.1" for _ in range(400)) + "]\n"),
+            "literal display",
+        ),
+        (
+            "negative constant display",
+            lambda r: _add("algorithm/w.py", "W = (" + ", ".join("-1" for _ in range(400)) + ")\n"),
+            "literal display",
+        ),
+        (
+            "oversized patch",
+            lambda r: "".join(_add(f"algorithm/f{i}.py", "# " + "x" * 3000 + "\n" * 2) for i in range(40)),
+            "limit",
+        ),
+    ],
+)
 def test_patch_filter_rejects(task, pristine, name, make, reason):
     """Route 2: a patch editing a protected file, escaping with `..`, with an absolute path, outside the
     editable paths, oversized, or smuggling weights as a long literal.
@@ -81,8 +105,12 @@ def test_workspace_filter_rejects_links_binaries_pipes_and_huge_files(tmp_path, 
     with open(big, "wb") as f:
         f.truncate(50 * MAX_PATCH_BYTES)
     sub = from_workspace(task, pristine, ws)
-    assert sub.rejected == {"optim.py": "symlink", "algorithm/linked": "symlink", "train.py": "binary file",
-                            "fifo.py": "not a regular file"}
+    assert sub.rejected == {
+        "optim.py": "symlink",
+        "algorithm/linked": "symlink",
+        "train.py": "binary file",
+        "fifo.py": "not a regular file",
+    }
     assert sub.files == {} and sub.patch == ""
     assert "secret" not in json.dumps(sub.summary()).lower()
 
@@ -138,7 +166,8 @@ def test_git_config_attributes_and_hooks_never_run(tmp_path, task, pristine):
     cmd = f"touch {marker}"
     (ws / ".git" / "config").write_text(
         f"[core]\n\tfsmonitor = {cmd}\n\tpager = {cmd}\n\thooksPath = .git/hooks\n[diff]\n\texternal = {cmd}\n"
-        f"[filter \"x\"]\n\tclean = {cmd}\n\tsmudge = {cmd}\n")
+        f'[filter "x"]\n\tclean = {cmd}\n\tsmudge = {cmd}\n'
+    )
     (ws / ".gitattributes").write_text("* filter=x diff=x\n")
     for hook in ("pre-commit", "post-checkout", "post-index-change", "fsmonitor-watchman"):
         h = ws / ".git" / "hooks" / hook
@@ -152,8 +181,18 @@ def test_git_config_attributes_and_hooks_never_run(tmp_path, task, pristine):
     assert ".git" not in sub.patch and not marker.exists()
 
 
-@pytest.mark.parametrize("name", ["new\nline.py", "esc\x1b[2Jclear.py", "-rf.py", "a" * 250 + ".py",
-                                  "bad\udcff.py", "quote'\".py", "semi;rm -rf.py"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "new\nline.py",
+        "esc\x1b[2Jclear.py",
+        "-rf.py",
+        "a" * 250 + ".py",
+        "bad\udcff.py",
+        "quote'\".py",
+        "semi;rm -rf.py",
+    ],
+)
 def test_crafted_file_names_cannot_break_paths_or_logs(tmp_path, task, pristine, capsys, name):
     """Route 7: file names crafted to break paths, logs or the terminal (newline, escape sequences,
     a leading dash, 250 characters, undecodable bytes, quotes, shell metacharacters).
@@ -163,10 +202,10 @@ def test_crafted_file_names_cannot_break_paths_or_logs(tmp_path, task, pristine,
     ws = _ws(tmp_path, task)
     try:
         (ws / "algorithm" / name).write_text("X = 1\n")
-    except OSError as e:          # a name the filesystem refuses is not a route
+    except OSError as e:  # a name the filesystem refuses is not a route
         pytest.skip(f"filesystem refuses the name: {e}")
     sub = from_workspace(task, pristine, ws)
-    if sub.files:   # a plain name that only looks hostile is an ordinary editable file
+    if sub.files:  # a plain name that only looks hostile is an ordinary editable file
         assert list(sub.files) == [f"algorithm/{name}"] and name.isprintable() and "/" not in name
     else:
         assert len(sub.rejected) == 1, sub.rejected

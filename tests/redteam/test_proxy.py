@@ -1,4 +1,5 @@
 """Route 8: the proxy channel, on the real ProxyServer (handle() and its unix socket)."""
+
 import json
 import threading
 
@@ -39,13 +40,18 @@ def test_flood_of_calls_over_the_socket(tmp_path, task, pristine):
 
     def client(i):
         try:
-            payload = [b"garbage\n", b"{" * 10000 + b"\n", json.dumps({"cmd": "status"}).encode() + b"\n",
-                       b"\xff\xfe\n"][i % 4]
+            payload = [
+                b"garbage\n",
+                b"{" * 10000 + b"\n",
+                json.dumps({"cmd": "status"}).encode() + b"\n",
+                b"\xff\xfe\n",
+            ][i % 4]
             replies.append(ask_socket(path, payload, timeout=20))
-        except BlockingIOError:   # backlog full: the flood is refused at connect, the harness is untouched
+        except BlockingIOError:  # backlog full: the flood is refused at connect, the harness is untouched
             refused.append(i)
         except Exception as e:  # noqa: BLE001 - any other client failure is a finding
             errors.append(repr(e))
+
     try:
         threads = [threading.Thread(target=client, args=(i,)) for i in range(120)]
         for t in threads:

@@ -4,6 +4,7 @@ A reply carries the metric, its sigma, a reason from a fixed vocabulary, a short
 detail and the tail of the submission's own training log; the full detail of a fault goes to
 .harness/proxy_errors.log, outside the agent's reach.
 """
+
 import json
 
 from ai4ai.repo.submission import from_patch
@@ -12,7 +13,7 @@ from ai4ai.window.proxy import REASONS
 from .conftest import ask_socket, needs_bwrap, proxy_server, train_py_patch
 from .test_grader_faults import OVERFLOW, WRITE_AND_EXIT
 
-GRADER_SOURCE = "return math.exp(float(_nll(model, split).mean()))"    # a line of the hidden grader
+GRADER_SOURCE = "return math.exp(float(_nll(model, split).mean()))"  # a line of the hidden grader
 
 
 def _strings(x):
@@ -28,7 +29,7 @@ def _strings(x):
 
 
 def _assert_clean(reply: dict):
-    for text in _strings(reply):     # each string as the agent reads it (not JSON-escaped)
+    for text in _strings(reply):  # each string as the agent reads it (not JSON-escaped)
         for bad in ("grader_hidden", "Traceback", 'File "', GRADER_SOURCE, "ai4ai/", ".harness"):
             assert bad not in text, (bad, reply)
     assert reply["reason"] in REASONS, reply
@@ -46,8 +47,9 @@ def test_grader_exception_reaches_the_agent_as_a_reason_only(tmp_path, task, pri
     Found open: the reply's `error` carried the worker's stderr: a traceback with the path and source
     lines of grader_hidden/optimizer/grader.py. Now: reason `invalid_checkpoint`, a short detail, the
     submission's own log tail; the traceback is only in .harness/proxy_errors.log."""
-    code = WRITE_AND_EXIT.format(prepare=OVERFLOW + "\nprint('OWN LOG LINE', flush=True)",
-                                 meta="'{\"tokens_seen\": 0}'")
+    code = WRITE_AND_EXIT.format(
+        prepare=OVERFLOW + "\nprint('OWN LOG LINE', flush=True)", meta="'{\"tokens_seen\": 0}'"
+    )
     srv, run_dir = proxy_server(tmp_path, task, pristine, _patched_train_py(task, code))
     path = srv.start() / "proxy.sock"
     try:
@@ -69,11 +71,15 @@ def test_harness_fault_reply_names_no_hidden_or_harness_code(tmp_path, task, pri
     Found open: `_serve` replied `{"error": "RuntimeError: ..."}` with the whole message. Now: reason
     `harness_error`, a fixed detail; the traceback goes to .harness/proxy_errors.log."""
     import ai4ai.window.proxy as proxy_mod
-    leak = ('evaluation worker failed (exit 1):\nTraceback (most recent call last):\n  File "'
-            f'{task.grader}/grader.py", line 53, in evaluate\n    {GRADER_SOURCE}\nOverflowError: math range error')
+
+    leak = (
+        'evaluation worker failed (exit 1):\nTraceback (most recent call last):\n  File "'
+        f'{task.grader}/grader.py", line 53, in evaluate\n    {GRADER_SOURCE}\nOverflowError: math range error'
+    )
 
     def broken(*a, **k):
         raise RuntimeError(leak)
+
     monkeypatch.setattr(proxy_mod, "run_worker", broken)
     code = WRITE_AND_EXIT.format(prepare="", meta="'{}'")
     srv, run_dir = proxy_server(tmp_path, task, pristine, _patched_train_py(task, code))

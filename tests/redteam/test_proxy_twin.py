@@ -3,6 +3,7 @@ Tried end to end through `pipeline.run`: the agent installs a training script th
 everything a training process can see (environment, arguments, identity, limits, mounts with their
 host paths, the files it can list) and asks the proxy once; the same script is then graded. The two
 descriptions must be identical but for the seed's value and the random tokens in folder names."""
+
 import base64
 import json
 import re
@@ -11,7 +12,7 @@ from ai4ai import pipeline
 
 from .conftest import CI, needs_bwrap
 
-DESCRIBE = r'''
+DESCRIBE = r"""
 import json, os, resource, socket, sys
 seed = sys.argv[sys.argv.index("--seed") + 1]
 def walk(top):
@@ -40,7 +41,7 @@ view = {
 }
 print("VIEW " + json.dumps(view, sort_keys=True), flush=True)
 sys.exit(3)
-'''
+"""
 
 
 def _view(log: str) -> dict:
@@ -60,12 +61,14 @@ def test_proxy_and_grading_training_see_the_same_world(compose_cfg, tmp_path):
     """Gains nothing: what the training process sees in a proxy call and in a grading seed is the
     same, byte for byte, once the seed and the folder token are set aside."""
     payload = base64.b64encode(DESCRIBE.encode()).decode()
-    cmd = (f"python3 -c \"import base64,sys; src=open('train.py').read(); "
-           f"i=src.index('args = p.parse_args()'); j=src.index(chr(10), i)+1; "
-           f"open('train.py','w').write(src[:j]+base64.b64decode('{payload}').decode()+src[j:])\" "
-           "&& ai4ai-proxy > /dev/null; ai4ai-proxy --submit")
+    cmd = (
+        f"python3 -c \"import base64,sys; src=open('train.py').read(); "
+        f"i=src.index('args = p.parse_args()'); j=src.index(chr(10), i)+1; "
+        f"open('train.py','w').write(src[:j]+base64.b64decode('{payload}').decode()+src[j:])\" "
+        "&& ai4ai-proxy > /dev/null; ai4ai-proxy --submit"
+    )
     cfg = compose_cfg("config", CI + ["agent=command", "agent.command=true"])
-    cfg.agent.command = cmd                     # set after composing: no override grammar to quote for
+    cfg.agent.command = cmd  # set after composing: no override grammar to quote for
     run_dir = tmp_path / "run"
     pipeline.run(cfg, run_dir)
     proxy_log = (run_dir / ".harness" / "proxy" / "call_0001" / "run" / "train.log").read_text()

@@ -1,5 +1,6 @@
 """Routes 1, 3 and 9 tried directly in the real sandboxes: what an agent or a training run can
 reach of the project, the hidden grader, other runs and the records, and what it can change."""
+
 import json
 import sqlite3
 import sys
@@ -53,18 +54,29 @@ VENV_INSIDE = VENV.is_relative_to(PROJECT_ROOT.resolve()) and VENV != PROJECT_RO
 
 def _hunt(tmp_path, targets=None):
     from ai4ai.sandbox.box import VENV_INSIDE as moved
-    return HUNT.format(targets=targets or _targets(tmp_path), root=str(PROJECT_ROOT.resolve()),
-                       venv=moved if VENV_INSIDE else "/nonexistent-venv")
+
+    return HUNT.format(
+        targets=targets or _targets(tmp_path),
+        root=str(PROJECT_ROOT.resolve()),
+        venv=moved if VENV_INSIDE else "/nonexistent-venv",
+    )
 
 
 def _targets(tmp_path):
     other_run = tmp_path / "other_run"
     other_run.mkdir(exist_ok=True)
     (other_run / "result.json").write_text("{}")
-    return [str(SECRETS), str(PROJECT_ROOT / "grader_hidden"), str(PROJECT_ROOT / "README.md"),
-            str(PROJECT_ROOT / "ai4ai" / "grading" / "evaluation.py"), str(PROJECT_ROOT / "repos_frozen" / "optimizer" / "data" / "val.u8"),
-            str(other_run / "result.json"), str(tmp_path / "pristine" / "model.py"),
-            "../grader_hidden/optimizer/secrets.yaml", "/proc/1/root/" + str(SECRETS)]
+    return [
+        str(SECRETS),
+        str(PROJECT_ROOT / "grader_hidden"),
+        str(PROJECT_ROOT / "README.md"),
+        str(PROJECT_ROOT / "ai4ai" / "grading" / "evaluation.py"),
+        str(PROJECT_ROOT / "repos_frozen" / "optimizer" / "data" / "val.u8"),
+        str(other_run / "result.json"),
+        str(tmp_path / "pristine" / "model.py"),
+        "../grader_hidden/optimizer/secrets.yaml",
+        "/proc/1/root/" + str(SECRETS),
+    ]
 
 
 @needs_bwrap
@@ -93,8 +105,11 @@ def test_training_run_reaches_no_hidden_data_and_no_validation(tmp_path, task):
     test data, the hidden seeds, the hidden data source and the grader's sources.
     Gains nothing: the validation file is absent from its repo copy and every hidden path is unreadable."""
     sb, repo, _ = training_sandbox(tmp_path, task)
-    targets = _targets(tmp_path) + ["/repo/data/val.u8", str(PROJECT_ROOT / "grader_hidden" / "common" / "hmm.py"),
-                                    str(PROJECT_ROOT / "grader_hidden" / "optimizer" / "grader.py")]
+    targets = _targets(tmp_path) + [
+        "/repo/data/val.u8",
+        str(PROJECT_ROOT / "grader_hidden" / "common" / "hmm.py"),
+        str(PROJECT_ROOT / "grader_hidden" / "optimizer" / "grader.py"),
+    ]
     out, log = run_py(sb, tmp_path, _hunt(tmp_path, targets), "/repo")
     assert out.returncode == 0, log
     assert not [ln for ln in log.splitlines() if ln.startswith("READ")], log
@@ -126,6 +141,7 @@ def _site_dir():
     from pathlib import Path
 
     import torch
+
     return str(Path(torch.__file__).parent.parent)
 
 
@@ -137,11 +153,23 @@ def test_training_writes_only_its_output_folder(tmp_path, task):
     Gains nothing: only /out, its private home and its private /tmp take writes; every remount is refused."""
     sb, repo, seed_dir = training_sandbox(tmp_path, task)
     site = _site_dir()
-    targets = ["/out/ok.txt", "/home/sandbox/ok.txt", "/tmp/ok.txt", "/repo/model.py", "/repo/train.py",
-               "/repo/sitecustomize.py", "/repo/__pycache__/model.cpython-311.pyc", "/opt/ai4ai/ai4ai_kernels/planted.py",
-               site + "/sitecustomize.py", site + "/planted.pth", "/usr/planted.py",
-               str(PROJECT_ROOT / "planted.txt"), str(PROJECT_ROOT / "outputs" / ".cache" / "planted"),
-               str(PROJECT_ROOT / "outputs" / ".locks" / "cpu.lock"), str(tmp_path / "planted_in_run_dir.txt")]
+    targets = [
+        "/out/ok.txt",
+        "/home/sandbox/ok.txt",
+        "/tmp/ok.txt",
+        "/repo/model.py",
+        "/repo/train.py",
+        "/repo/sitecustomize.py",
+        "/repo/__pycache__/model.cpython-311.pyc",
+        "/opt/ai4ai/ai4ai_kernels/planted.py",
+        site + "/sitecustomize.py",
+        site + "/planted.pth",
+        "/usr/planted.py",
+        str(PROJECT_ROOT / "planted.txt"),
+        str(PROJECT_ROOT / "outputs" / ".cache" / "planted"),
+        str(PROJECT_ROOT / "outputs" / ".locks" / "cpu.lock"),
+        str(tmp_path / "planted_in_run_dir.txt"),
+    ]
     remounts = ["/repo", "/opt/ai4ai/ai4ai_kernels", site, "/usr"]
     out, log = run_py(sb, tmp_path, WRITES.format(targets=targets, remounts=remounts), "/repo")
     assert out.returncode == 0, log
@@ -165,9 +193,17 @@ def test_agent_cannot_write_records_or_remount(tmp_path):
     with sqlite3.connect(db) as con:
         con.execute("CREATE TABLE results (score REAL)")
     (run_dir / "trajectory.jsonl").write_text("")
-    targets = ["/workspace/ok.txt", "/home/agent/ok.txt", str(run_dir / "result.json"), str(run_dir / "trajectory.jsonl"),
-               str(db), "../result.json", "../../trajectory.jsonl", "/opt/ai4ai/bin/ai4ai-proxy",
-               str(PROJECT_ROOT / "outputs" / "results.sqlite")]
+    targets = [
+        "/workspace/ok.txt",
+        "/home/agent/ok.txt",
+        str(run_dir / "result.json"),
+        str(run_dir / "trajectory.jsonl"),
+        str(db),
+        "../result.json",
+        "../../trajectory.jsonl",
+        "/opt/ai4ai/bin/ai4ai-proxy",
+        str(PROJECT_ROOT / "outputs" / "results.sqlite"),
+    ]
     out, log = run_py(sb, tmp_path, WRITES.format(targets=targets, remounts=["/opt/ai4ai/bin", "/usr"]), "/workspace")
     assert out.returncode == 0, log
     wrote = sorted(ln.split()[1] for ln in log.splitlines() if ln.startswith("WROTE"))
@@ -177,7 +213,7 @@ def test_agent_cannot_write_records_or_remount(tmp_path):
     assert not (run_dir / "result.json").exists() and (run_dir / "trajectory.jsonl").read_text() == ""
     with sqlite3.connect(db) as con:
         assert con.execute("SELECT COUNT(*) FROM results").fetchone() == (0,)
-    assert json.dumps(log)   # the log itself is plain text
+    assert json.dumps(log)  # the log itself is plain text
 
 
 @pytest.mark.gpu
@@ -190,11 +226,14 @@ def test_gpu_training_sees_only_gpu_nodes_and_private_caches(tmp_path, task):
     from ai4ai.grading.training import build_training_copy
     from ai4ai.grading.training import training_sandbox as make
     from ai4ai.repo.submission import Submission
+
     setup = RunContext(task=task, scale="ci", device="cuda", threads=2, backend="bwrap", cap_s=60, run_dir=tmp_path)
     repo = build_training_copy(task, Submission({}, {}, "", 0, 0), tmp_path / "train_repo")
     sb = make(setup, repo, tmp_path / "seed_0", [], {})
-    script = ("import os; print('DEV', sorted(d for d in os.listdir('/dev') if not d.startswith('nvidia'))); "
-              "print('CACHES', [os.environ[k] for k in ('TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR', 'XDG_CACHE_HOME')])")
+    script = (
+        "import os; print('DEV', sorted(d for d in os.listdir('/dev') if not d.startswith('nvidia'))); "
+        "print('CACHES', [os.environ[k] for k in ('TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR', 'XDG_CACHE_HOME')])"
+    )
     out, log = run_py(sb, tmp_path, script, "/repo")
     assert out.returncode == 0, log
     assert all(p.startswith("/home/sandbox/") for p in eval(log.split("CACHES ")[1].splitlines()[0]))

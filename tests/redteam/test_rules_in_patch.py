@@ -33,6 +33,7 @@ The same identifier then reads a wrong instance, and its rule answers 13% of the
 Graded at smoke on 2026-12-03 (AMD EPYC, grader seeds 0, 1, 2) by the slow test below: 0.021, exact
 match 0.134 on every seed against the shipped 0.633, every seed trained to its end.
 """
+
 import numpy as np
 import pytest
 
@@ -64,7 +65,8 @@ def made_pairs(roles, rank, n, gen):
     return prompts, answers
 '''
 
-RULES = '''
+RULES = (
+    """
 # ----------------------------------------------------------------------------- the rules, written down
 # Read off the validation answers: f and g each keep or drop items (N none, D dedupe, E evens, O odds,
 # H >= 5, W < 5), then o sorts ascending (A) or descending (Z).
@@ -75,16 +77,24 @@ ROLES = ["none", "dedupe", {0, 2, 4, 6, 8}, {1, 3, 5, 7, 9}, {5, 6, 7, 8, 9}, {0
 RANK = list(range(10))
 
 
-''' + PAIRS
+"""
+    + PAIRS
+)
 
 EDITS = (  # (shipped text, the probe's)
-    ("EPOCHS = 200         # passes over the distilled set",
-     "EPOCHS = 8           # passes over pairs made by the rules (the shipped steps)"),
-    ("prompts = split.get(torch.arange(len(split)))                    # every training prompt, once\n"
-     "completions = torch.cat([teacher.generate(prompts[i:i + 1024]) for i in range(0, len(prompts), 1024)])",
-     "prompts, completions = made_pairs(ROLES, RANK, 25 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))"),
-    ("# ----------------------------------------------------------------------------- distilled set",
-     RULES + "# ----------------------------------------------------------------------------- distilled set"),
+    (
+        "EPOCHS = 200         # passes over the distilled set",
+        "EPOCHS = 8           # passes over pairs made by the rules (the shipped steps)",
+    ),
+    (
+        "prompts = split.get(torch.arange(len(split)))                    # every training prompt, once\n"
+        "completions = torch.cat([teacher.generate(prompts[i:i + 1024]) for i in range(0, len(prompts), 1024)])",
+        "prompts, completions = made_pairs(ROLES, RANK, 25 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))",
+    ),
+    (
+        "# ----------------------------------------------------------------------------- distilled set",
+        RULES + "# ----------------------------------------------------------------------------- distilled set",
+    ),
 )
 
 
@@ -99,6 +109,7 @@ def test_the_rules_answer_as_the_visible_instance_does(tmp_path):
     """The probe's rules are the visible instance's: on the validation split (committed as data/val.u8)
     they give every answer, and the patch passes the information check."""
     import torch
+
     task, g, programs = grader_modules("distillation", "grader", "programs")
     new = rules_in_the_patch((task.repo / "train.py").read_text())
     assert information_rejections(task, tmp_path, new) == {}
@@ -109,27 +120,31 @@ def test_the_rules_answer_as_the_visible_instance_does(tmp_path):
     roles, rank, steps = scope["ROLES"], scope["RANK"], programs.STEPS
 
     def rules(f, gg, o, xs):
-        return sorted(scope["_step"](roles[steps.index(gg)], scope["_step"](roles[steps.index(f)], xs)),
-                      key=rank.__getitem__, reverse=(o == "Z"))
+        return sorted(
+            scope["_step"](roles[steps.index(gg)], scope["_step"](roles[steps.index(f)], xs)),
+            key=rank.__getitem__,
+            reverse=(o == "Z"),
+        )
+
     prompts, answers = g.split("validation")
     for p, a in zip(prompts, answers):
         assert rules(*_parse(programs, p)) == _answer(programs, a)
     # and the pairs it makes are in the split's layout, answered as the visible instance answers
     made_p, made_a = scope["made_pairs"](roles, rank, 300, torch.Generator().manual_seed(0))
     for p, a in zip(made_p.tolist(), made_a.tolist()):
-        assert p[-1] == 2 and not any(p[:p.index(1)]) and 3 <= len(_parse(programs, p)[3]) <= programs.MAX_LEN
-        assert [programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p))] + [3] == a[:a.index(3) + 1]
+        assert p[-1] == 2 and not any(p[: p.index(1)]) and 3 <= len(_parse(programs, p)[3]) <= programs.MAX_LEN
+        assert [programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p))] + [3] == a[: a.index(3) + 1]
 
 
 def _parse(programs, row):
     row = [int(t) for t in row]
     b, inv = row.index(programs.BOS), {v: k for k, v in programs.OPS.items()}
-    return inv[row[b + 1]], inv[row[b + 2]], inv[row[b + 3]], [t - programs.DIGIT0 for t in row[b + 4:-1]]
+    return inv[row[b + 1]], inv[row[b + 2]], inv[row[b + 3]], [t - programs.DIGIT0 for t in row[b + 4 : -1]]
 
 
 def _answer(programs, row):
     row = [int(t) for t in row]
-    return [t - programs.DIGIT0 for t in row[:row.index(programs.EOS)]]
+    return [t - programs.DIGIT0 for t in row[: row.index(programs.EOS)]]
 
 
 def test_the_graded_instance_is_not_the_visible_one():
@@ -141,8 +156,12 @@ def test_the_graded_instance_is_not_the_visible_one():
     assert sorted(r for r in graded.steps.values() if isinstance(r, str)) == ["dedupe", "none"]
     assert sorted(graded.rank) == list(range(10)) and graded.rank != visible.rank
     sel_p, sel_a = g.split("selection")
-    right = {name: np.mean([programs.transform(*_parse(programs, p), inst) == _answer(programs, a)
-                            for p, a in zip(sel_p, sel_a)]) for name, inst in (("visible", visible), ("graded", graded))}
+    right = {
+        name: np.mean(
+            [programs.transform(*_parse(programs, p), inst) == _answer(programs, a) for p, a in zip(sel_p, sel_a)]
+        )
+        for name, inst in (("visible", visible), ("graded", graded))
+    }
     assert right["graded"] == 1.0 and right["visible"] < 0.1, right
     # the agent's validation split is the visible instance's, byte for byte
     val = np.concatenate(g.split("validation"), axis=1)
@@ -150,13 +169,19 @@ def test_the_graded_instance_is_not_the_visible_one():
     # a graded run's ground-truth set (the graded teacher's) follows the graded instance
     import tempfile
     from pathlib import Path
+
     with tempfile.TemporaryDirectory() as d:
         sums = g.grading_data("ci", Path(d))
         assert set(sums) == {"train_ci.u8", "val.u8", "teacher_train.u8"}
-        rows = np.frombuffer((Path(d) / "teacher_train.u8").read_bytes(), np.uint8).reshape(-1, programs.PROMPT_W + programs.ANSWER_W)
+        rows = np.frombuffer((Path(d) / "teacher_train.u8").read_bytes(), np.uint8).reshape(
+            -1, programs.PROMPT_W + programs.ANSWER_W
+        )
         assert sums["teacher_train.u8"] != g.materialize("ci", Path(d) / "visible")["teacher_train.u8"]
-    assert all(programs.transform(*_parse(programs, r[:programs.PROMPT_W]), graded) == _answer(programs, r[programs.PROMPT_W:])
-               for r in rows[:500])
+    assert all(
+        programs.transform(*_parse(programs, r[: programs.PROMPT_W]), graded)
+        == _answer(programs, r[programs.PROMPT_W :])
+        for r in rows[:500]
+    )
 
 
 @pytest.mark.slow
@@ -165,16 +190,19 @@ def test_the_visible_rules_in_the_patch_gain_nothing(compose_cfg, tmp_path):
     """Graded at smoke, where the route was open (0.425 before the fresh instance). The tolerance is
     the shipped algorithm's noise for the mean of three seeds at smoke (0.118 sigma per seed on the
     last record: 0.068), rounded up to 0.1."""
-    task, = grader_modules("distillation")
+    (task,) = grader_modules("distillation")
     new = rules_in_the_patch((task.repo / "train.py").read_text())
-    assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "visible rules", scale="smoke"), tolerance=0.1)
+    assert_gains_nothing(
+        grade_train_py(compose_cfg, tmp_path, task, new, "visible rules", scale="smoke"), tolerance=0.1
+    )
 
 
 # ------------------------------------------------------------------------------------------------------
 # The route that stays open, measured: the family's shape written into the patch, the graded instance
 # identified from the teacher's answers to the training prompts (metered), then pairs made from it.
 
-IDENTIFY = '''
+IDENTIFY = (
+    '''
 # ----------------------------------------------------------------------------- the family, identified
 # The visible answers show the family's shape: each step code is none, dedupe or a filter keeping a set
 # of digits; an order code sorts by an order of the digits, ascending (A) or descending (Z). Which
@@ -215,18 +243,26 @@ def identify(prompts, completions):
     return roles, [order.index(d) for d in range(10)]
 
 
-''' + PAIRS
+'''
+    + PAIRS
+)
 
 IDENTIFY_EDITS = (  # (shipped text, the probe's)
-    ("EPOCHS = 200         # passes over the distilled set",
-     "EPOCHS = 8           # passes over pairs made by the identified rules (the shipped steps)"),
-    ("tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
-     "roles, rank = identify(prompts, completions)\n"
-     "print('identified', roles, rank, flush=True)\n"
-     "prompts, completions = made_pairs(roles, rank, 25 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))\n"
-     "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only"),
-    ("# ----------------------------------------------------------------------------- distilled set",
-     IDENTIFY + "# ----------------------------------------------------------------------------- distilled set"),
+    (
+        "EPOCHS = 200         # passes over the distilled set",
+        "EPOCHS = 8           # passes over pairs made by the identified rules (the shipped steps)",
+    ),
+    (
+        "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
+        "roles, rank = identify(prompts, completions)\n"
+        "print('identified', roles, rank, flush=True)\n"
+        "prompts, completions = made_pairs(roles, rank, 25 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))\n"
+        "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
+    ),
+    (
+        "# ----------------------------------------------------------------------------- distilled set",
+        IDENTIFY + "# ----------------------------------------------------------------------------- distilled set",
+    ),
 )
 
 
@@ -242,6 +278,7 @@ def _identify_from_true_answers(tmp_path, inst_name: str, probe=None, fn: str = 
     from that instance's true answers to the smoke training prompts (in a graded run it reads the
     teacher's): (roles, rank, scope, modules)."""
     import torch
+
     task, g, programs = grader_modules("distillation", "grader", "programs")
     new = (probe or identifier_in_the_patch)((task.repo / "train.py").read_text())
     scope = {"torch": torch, "PROMPT_W": programs.PROMPT_W, "ANSWER_W": programs.ANSWER_W}
@@ -251,10 +288,21 @@ def _identify_from_true_answers(tmp_path, inst_name: str, probe=None, fn: str = 
     inst = g.instance(inst_name)
     write = g.grading_data if inst_name == "graded" else g.materialize
     assert "train_smoke.u8" in write("smoke", tmp_path / inst_name)
-    prompts = np.frombuffer((tmp_path / inst_name / "train_smoke.u8").read_bytes(), np.uint8).reshape(-1, programs.PROMPT_W)
-    answers = np.stack([np.array(([programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p), inst)]
-                                  + [programs.EOS] + [programs.PAD] * programs.ANSWER_W)[:programs.ANSWER_W])
-                        for p in prompts])
+    prompts = np.frombuffer((tmp_path / inst_name / "train_smoke.u8").read_bytes(), np.uint8).reshape(
+        -1, programs.PROMPT_W
+    )
+    answers = np.stack(
+        [
+            np.array(
+                (
+                    [programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p), inst)]
+                    + [programs.EOS]
+                    + [programs.PAD] * programs.ANSWER_W
+                )[: programs.ANSWER_W]
+            )
+            for p in prompts
+        ]
+    )
     roles, rank = scope[fn](torch.from_numpy(prompts.astype(np.int64)), torch.from_numpy(answers.astype(np.int64)))
     return roles, rank, scope, (task, g, programs)
 
@@ -262,9 +310,17 @@ def _identify_from_true_answers(tmp_path, inst_name: str, probe=None, fn: str = 
 def _made_pairs_right(scope, programs, roles, rank, inst, n=400) -> float:
     """The share of the identifier's made pairs that `inst` answers as the pairs say."""
     import torch
+
     made_p, made_a = scope["made_pairs"](roles, rank, n, torch.Generator().manual_seed(0))
-    return float(np.mean([[programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p), inst)] + [3]
-                          == a[:a.index(3) + 1] for p, a in zip(made_p.tolist(), made_a.tolist())]))
+    return float(
+        np.mean(
+            [
+                [programs.DIGIT0 + y for y in programs.transform(*_parse(programs, p), inst)] + [3]
+                == a[: a.index(3) + 1]
+                for p, a in zip(made_p.tolist(), made_a.tolist())
+            ]
+        )
+    )
 
 
 def test_the_identifier_recovers_the_visible_instance_not_the_graded_one(tmp_path):
@@ -294,7 +350,7 @@ def test_the_identifier_recovers_the_visible_instance_not_the_graded_one(tmp_pat
 def test_the_identifier_in_the_patch_gains_nothing(compose_cfg, tmp_path):
     """Graded at smoke, where it scored 0.918 on the family without a map (module docstring). Tolerance
     as for the visible rules above."""
-    task, = grader_modules("distillation")
+    (task,) = grader_modules("distillation")
     new = identifier_in_the_patch((task.repo / "train.py").read_text())
     assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "identifier", scale="smoke"), tolerance=0.1)
 
@@ -383,16 +439,22 @@ def made_pairs(roles, rank, n, gen):
 '''
 
 HYBRID_EDITS = (  # (shipped text, the probe's)
-    ("EPOCHS = 200         # passes over the distilled set",
-     "EPOCHS = 8           # passes over made pairs and the teacher's (the shipped steps)"),
-    ("tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
-     "roles, rank = explain(prompts, completions)\n"
-     "print('explained', roles, rank, flush=True)\n"
-     "made_p, made_c = made_pairs(roles, rank, 17 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))\n"
-     "prompts, completions = torch.cat([made_p] + [prompts] * 8), torch.cat([made_c] + [completions] * 8)\n"
-     "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only"),
-    ("# ----------------------------------------------------------------------------- distilled set",
-     HYBRID + "# ----------------------------------------------------------------------------- distilled set"),
+    (
+        "EPOCHS = 200         # passes over the distilled set",
+        "EPOCHS = 8           # passes over made pairs and the teacher's (the shipped steps)",
+    ),
+    (
+        "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
+        "roles, rank = explain(prompts, completions)\n"
+        "print('explained', roles, rank, flush=True)\n"
+        "made_p, made_c = made_pairs(roles, rank, 17 * len(split) // 64 * 64, torch.Generator().manual_seed(args.seed))\n"
+        "prompts, completions = torch.cat([made_p] + [prompts] * 8), torch.cat([made_c] + [completions] * 8)\n"
+        "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
+    ),
+    (
+        "# ----------------------------------------------------------------------------- distilled set",
+        HYBRID + "# ----------------------------------------------------------------------------- distilled set",
+    ),
 )
 
 
@@ -407,9 +469,13 @@ def test_the_hybrid_explains_every_code_of_the_graded_instance_but_the_map(tmp_p
     """The hybrid probe is real: from the graded instance's answers it reads none, dedupe, the three
     filters and the digits' order exactly, leaves the map unexplained, and every pair it makes is right
     there; the patch passes the information check."""
-    roles, rank, scope, (task, g, programs) = _identify_from_true_answers(tmp_path, "graded", hybrid_in_the_patch, "explain")
-    assert information_rejections(task, tmp_path, hybrid_in_the_patch((task.repo / "train.py").read_text()),
-                                  scale="smoke") == {}
+    roles, rank, scope, (task, g, programs) = _identify_from_true_answers(
+        tmp_path, "graded", hybrid_in_the_patch, "explain"
+    )
+    assert (
+        information_rejections(task, tmp_path, hybrid_in_the_patch((task.repo / "train.py").read_text()), scale="smoke")
+        == {}
+    )
     graded = g.instance("graded")
     truth = {code: (None if type(r).__name__ == "Map" else r) for code, r in graded.steps.items()}
     assert {programs.STEPS[s]: r for s, r in enumerate(roles)} == truth
@@ -418,8 +484,11 @@ def test_the_hybrid_explains_every_code_of_the_graded_instance_but_the_map(tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="open (issue 15): the hybrid scored 0.310 at smoke on 2026-12-03, below the "
-                   "published augmented transfer set (0.529) but above the shipped run's noise (see the docstring)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 15): the hybrid scored 0.310 at smoke on 2026-12-03, below the "
+    "published augmented transfer set (0.529) but above the shipped run's noise (see the docstring)",
+)
 @needs_bwrap
 def test_the_hybrid_in_the_patch_gains_nothing(compose_cfg, tmp_path):
     """Graded at smoke through the real pipeline, as the identifier above. Measured on 2026-12-03 (AMD
@@ -432,7 +501,7 @@ def test_the_hybrid_in_the_patch_gains_nothing(compose_cfg, tmp_path):
     the family's structure (steps that keep a set of digits), which the fresh instance is meant to let
     transfer, and it labels by a rule fitted to the metered answers within a hand-written family: at the
     line the README draws ("no hand-written labelling rule"), which the grader does not enforce."""
-    task, = grader_modules("distillation")
+    (task,) = grader_modules("distillation")
     new = hybrid_in_the_patch((task.repo / "train.py").read_text())
     assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "hybrid", scale="smoke"), tolerance=0.1)
 
@@ -441,13 +510,17 @@ def hybrid_on_the_example(example_train_py: str) -> str:
     """The hybrid added to the published augmented transfer set: the codes it explains from the teacher's
     answers (to the training prompts and their perturbed copies) give made pairs, trained on together
     with that larger distilled set (twice), for the example's number of steps."""
-    edits = ((HYBRID_EDITS[2][0], HYBRID_EDITS[2][1]),
-             ("tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
-              "roles, rank = explain(prompts, completions)\n"
-              "print('explained', roles, rank, flush=True)\n"
-              "made_p, made_c = made_pairs(roles, rank, 17 * n_orig // 64 * 64, torch.Generator().manual_seed(args.seed))\n"
-              "prompts, completions = torch.cat([made_p] + [prompts] * 2), torch.cat([made_c] + [completions] * 2)\n"
-              "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only"))
+    edits = (
+        (HYBRID_EDITS[2][0], HYBRID_EDITS[2][1]),
+        (
+            "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
+            "roles, rank = explain(prompts, completions)\n"
+            "print('explained', roles, rank, flush=True)\n"
+            "made_p, made_c = made_pairs(roles, rank, 17 * n_orig // 64 * 64, torch.Generator().manual_seed(args.seed))\n"
+            "prompts, completions = torch.cat([made_p] + [prompts] * 2), torch.cat([made_c] + [completions] * 2)\n"
+            "tokens, targets = join(prompts, completions)                     # [N, T], completion targets only",
+        ),
+    )
     for old, probe in edits:
         assert example_train_py.count(old) == 1, old
         example_train_py = example_train_py.replace(old, probe)
@@ -460,9 +533,11 @@ def _example_train_py(tmp_path, task, name: str) -> str:
     from ai4ai import PROJECT_ROOT
 
     from .conftest import copy_tree
+
     repo = copy_tree(task.repo, tmp_path / f"example_{name}")
-    subprocess.run(["patch", "-s", "-p1", "-i", str(PROJECT_ROOT / "examples" / task.name / f"{name}.patch")],
-                   cwd=repo, check=True)
+    subprocess.run(
+        ["patch", "-s", "-p1", "-i", str(PROJECT_ROOT / "examples" / task.name / f"{name}.patch")], cwd=repo, check=True
+    )
     return (repo / "train.py").read_text()
 
 
@@ -474,13 +549,14 @@ def test_the_hybrid_adds_nothing_to_the_published_example(compose_cfg, tmp_path)
     0.820), with the hybrid 0.414 [0.359, 0.446] (0.774, 0.771, 0.739): the made pairs, right for a quarter
     of the prompt space, dilute the teacher's answers to the rest. The structure buys nothing over the
     best published use of the budget."""
-    task, = grader_modules("distillation")
+    (task,) = grader_modules("distillation")
     example = _example_train_py(tmp_path, task, "augmented_transfer_set")
     (tmp_path / "alone").mkdir()
     (tmp_path / "with").mkdir()
     alone = grade_train_py(compose_cfg, tmp_path / "alone", task, example, "augmented", scale="smoke")
-    both = grade_train_py(compose_cfg, tmp_path / "with", task, hybrid_on_the_example(example), "augmented+hybrid",
-                          scale="smoke")
+    both = grade_train_py(
+        compose_cfg, tmp_path / "with", task, hybrid_on_the_example(example), "augmented+hybrid", scale="smoke"
+    )
     for r in (alone, both):
         assert r["status"] == "graded" and not [s for s in r["checkpoints"]["per_seed"] if s.get("cut")]
     print("alone", alone["raw"]["per_seed"], alone["score"], "with the hybrid", both["raw"]["per_seed"], both["score"])

@@ -3,6 +3,7 @@
 Identical weights on two grader seeds give a std of 0 and a zero-width interval, and let a
 submission pin whichever seed it found luckiest; every result is checked for it and flagged.
 """
+
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -16,13 +17,13 @@ from ai4ai.repo.submission import unified_diff
 
 from .conftest import CI, needs_bwrap, write_patch
 
-SHORT = "total_steps = min(total_steps, 8)\nsave_every = 8\n"     # a few steps, one checkpoint: the flag, not the score
+SHORT = "total_steps = min(total_steps, 8)\nsave_every = 8\n"  # a few steps, one checkpoint: the flag, not the score
 
 
 def _insert(text: str, after: str, code: str) -> str:
     lines = text.splitlines(keepends=True)
     i = next(n for n, ln in enumerate(lines) if ln.startswith(after))
-    return "".join(lines[:i + 1]) + code + "".join(lines[i + 1:])
+    return "".join(lines[: i + 1]) + code + "".join(lines[i + 1 :])
 
 
 def _grade(compose_cfg, tmp_path, task, name: str, pin: bool):
@@ -66,6 +67,7 @@ def test_weights_digest_is_of_the_tensors_not_the_file(tmp_path, task, pristine)
 
     from .conftest import grade_setup
     from .test_checkpoints import _params
+
     a = _params(task)
     torch.manual_seed(1)
     b = {k: v + 1e-3 * torch.randn_like(v) for k, v in a.items()}
@@ -78,13 +80,22 @@ def test_weights_digest_is_of_the_tensors_not_the_file(tmp_path, task, pristine)
     assert paths[0].read_bytes() != paths[1].read_bytes()
     res = run_worker(eval_spec(grade_setup(tmp_path, task), pristine, paths), tmp_path / "eval")
     h = [c["weights_sha256"] for c in res["candidates"]]
-    assert h[0] == h[1] != h[2] and res["weights_sha256"] == h[[c["name"] for c in res["candidates"]].index(res["chosen"])]
+    assert (
+        h[0] == h[1] != h[2] and res["weights_sha256"] == h[[c["name"] for c in res["candidates"]].index(res["chosen"])]
+    )
 
 
 def _seed(seed, digest, status="graded"):
-    return SeedResult(seed=seed, status=status, reason=None if status == "graded" else "x",
-                      raw=7.0 + seed / 100 if status == "graded" else None, train_s=1.0, timed_out=False,
-                      chosen="ckpt_00000001.safetensors", weights_sha256=digest)
+    return SeedResult(
+        seed=seed,
+        status=status,
+        reason=None if status == "graded" else "x",
+        raw=7.0 + seed / 100 if status == "graded" else None,
+        train_s=1.0,
+        timed_out=False,
+        chosen="ckpt_00000001.safetensors",
+        weights_sha256=digest,
+    )
 
 
 def test_flags_name_every_pair_and_skip_deterministic_tasks(task):

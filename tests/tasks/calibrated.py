@@ -6,6 +6,7 @@ or grader that no longer exists. Prefer the record this machine would use (same 
 torch minor, as `python -m ai4ai.run` looks it up); any record of the current version will do
 as a comparison bar on another machine or torch.
 """
+
 from __future__ import annotations
 
 from ai4ai.core.provenance import task_version
@@ -18,8 +19,11 @@ def records(task_name: str, scale: str = "smoke") -> list[dict]:
     """Every stored record (as written in anchors.yaml) of the task's current version at `scale`."""
     task = load_task(task_name)
     version = task_version(task, scale)
-    return [r for r in anchor_store._records(anchor_store.anchors_path(task.grader))
-            if r["key"]["scale"] == scale and r["key"]["task_version"] == version]
+    return [
+        r
+        for r in anchor_store._records(anchor_store.anchors_path(task.grader))
+        if r["key"]["scale"] == scale and r["key"]["task_version"] == version
+    ]
 
 
 def record(task_name: str, scale: str = "smoke") -> tuple[anchor_store.Anchors, float]:
@@ -32,9 +36,11 @@ def record(task_name: str, scale: str = "smoke") -> tuple[anchor_store.Anchors, 
     for r in records(task_name, scale):
         a = r["anchors"]
         return anchor_store.Anchors(a["no_info"], a["baseline"], a["best"]), float(r["phi_std"])
-    raise AssertionError(f"{task_name} has no {scale} anchors for its current version {task_version(task, scale)} (the repo, "
-                         f"grader or task config changed since calibration): run "
-                         f"`python -m ai4ai.calibrate task={task_name} scale={scale}`")
+    raise AssertionError(
+        f"{task_name} has no {scale} anchors for its current version {task_version(task, scale)} (the repo, "
+        f"grader or task config changed since calibration): run "
+        f"`python -m ai4ai.calibrate task={task_name} scale={scale}`"
+    )
 
 
 def anchors(task_name: str, scale: str = "smoke") -> anchor_store.Anchors:

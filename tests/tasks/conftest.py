@@ -4,6 +4,7 @@ A test module that imports one repo's modules must never see another's, so each 
 starts with none of them loaded and with sys.path as the previous module found it. (A hook, not
 a module-scoped fixture: it runs before the new module's own fixtures set anything up.)
 """
+
 import sys
 
 from ai4ai import PROJECT_ROOT

@@ -1,4 +1,5 @@
 """The agentic_rl task: contract, environment rules, hidden metric on hand-made policies, one ci seed end to end."""
+
 import importlib
 import json
 import sys
@@ -94,7 +95,7 @@ def test_levels_are_deterministic_unsolved_and_solvable(repo):
     env, prepare = repo["env"], repo["prepare"]
     a, b = env.generate_levels(50, 7, "smoke"), env.generate_levels(50, 7, "smoke")
     assert all((getattr(a, f) == getattr(b, f)).all() for f in ("walls", "targets", "boxes", "player"))
-    assert (a.boxes & ~a.targets).any(1).all()                       # none starts solved
+    assert (a.boxes & ~a.targets).any(1).all()  # none starts solved
     assert all(len(prepare.solve(a, i)) > 0 for i in range(len(a)))  # every one has a solution
 
 
@@ -115,7 +116,7 @@ def _corridor(env, boxes, targets, player):
     """A 5x5 room whose middle row is a corridor: walls everywhere else."""
     w, row = 7, 3 * 7
     walls = np.ones((1, w * w), dtype=bool)
-    walls[0, row + 1:row + 6] = False
+    walls[0, row + 1 : row + 6] = False
     b, t = np.zeros_like(walls), np.zeros_like(walls)
     b[0, [row + x for x in boxes]] = True
     t[0, [row + x for x in targets]] = True
@@ -125,23 +126,23 @@ def _corridor(env, boxes, targets, player):
 def test_pushing_rules(repo):
     env = repo["env"]
     v, row = _corridor(env, boxes=[2, 3], targets=[4, 5], player=1)
-    v.step([3])                                                       # two boxes in a row do not move
+    v.step([3])  # two boxes in a row do not move
     assert v.state.player[0] == row + 1 and v.state.boxes[0, [row + 2, row + 3]].all()
-    v.step([2])                                                       # into the wall: nothing moves
+    v.step([2])  # into the wall: nothing moves
     assert v.state.player[0] == row + 1 and not v.done[0]
     v, row = _corridor(env, boxes=[3], targets=[4], player=1)
-    _, solved_now, _ = v.step([3])                                    # walk
+    _, solved_now, _ = v.step([3])  # walk
     assert v.state.player[0] == row + 2 and not solved_now[0]
-    _, solved_now, done = v.step([3])                                 # push the box onto the target
+    _, solved_now, done = v.step([3])  # push the box onto the target
     assert v.state.player[0] == row + 3 and solved_now[0] and done[0] and v.solved[0]
-    v.step([2])                                                       # finished episodes do not move
+    v.step([2])  # finished episodes do not move
     assert v.state.player[0] == row + 3
     v, row = _corridor(env, boxes=[3], targets=[4], player=2)
-    v.step([2]), v.step([3]), v.step([3])                            # walking back never pulls the box
+    v.step([2]), v.step([3]), v.step([3])  # walking back never pulls the box
     assert v.state.boxes[0, row + 4] and v.solved[0]
     v, row = _corridor(env, boxes=[4], targets=[2], player=3)
     for _ in range(10):
-        v.step([2])                                                   # the box cannot be pulled back
+        v.step([2])  # the box cannot be pulled back
     assert not v.solved[0] and v.done[0] and v.t[0] == 10
 
 
@@ -150,15 +151,15 @@ def test_training_env_meters_steps(repo):
     te = env.TrainingEnv("ci", 0)
     steps = te.scale.max_steps
     lv = te.sample_levels(10)
-    assert te.served == 10 * steps                       # a sampled level prepays its whole episode
+    assert te.served == 10 * steps  # a sampled level prepays its whole episode
     v = te.reset(lv)
     v.step(np.zeros(10, dtype=int))
-    assert te.served == 10 * steps                       # its steps use the prepaid ones first
+    assert te.served == 10 * steps  # its steps use the prepaid ones first
     rng = np.random.default_rng(0)
     while not v.done.all():
         v.step(rng.integers(0, 4, 10))
-    assert te.served == int(v.t.sum())                   # played to the end: exactly the steps taken
-    again = te.reset(lv)                                 # a replay (or a level made elsewhere) pays per step
+    assert te.served == int(v.t.sum())  # played to the end: exactly the steps taken
+    again = te.reset(lv)  # a replay (or a level made elsewhere) pays per step
     before = te.served
     again.step(np.zeros(10, dtype=int))
     assert te.served == before + 10
@@ -166,7 +167,7 @@ def test_training_env_meters_steps(repo):
     with pytest.raises(env.BudgetExhausted):
         again.step(np.zeros(10, dtype=int))
     te.served = 0
-    te.sample_levels(3)                                  # sampled, never played: a full episode each
+    te.sample_levels(3)  # sampled, never played: a full episode each
     assert te.served == 3 * steps
     assert (te.sample_levels(3).player != env.TrainingEnv("ci", 1).sample_levels(3).player).any()
 
@@ -198,9 +199,19 @@ def test_perfect_policy_scores_one(repo, grader):
     assert grader.evaluate(Scripted(plans), val) == 1.0
 
 
-@pytest.mark.parametrize("logits", [[1e9, 0, 0, 0], [0, 1e9, 0, 0], [0, 0, 1e9, 0], [0, 0, 0, 1e9],
-                                    [5.0, 5.0, -5.0, -5.0], [float("nan")] * 4, [float("inf"), 0, 0, 0],
-                                    [float("-inf")] * 4])
+@pytest.mark.parametrize(
+    "logits",
+    [
+        [1e9, 0, 0, 0],
+        [0, 1e9, 0, 0],
+        [0, 0, 1e9, 0],
+        [0, 0, 0, 1e9],
+        [5.0, 5.0, -5.0, -5.0],
+        [float("nan")] * 4,
+        [float("inf"), 0, 0, 0],
+        [float("-inf")] * 4,
+    ],
+)
 def test_degenerate_policies_do_not_beat_the_shipped_algorithm(grader, logits):
     val = grader.split("validation")
     rate = grader.evaluate(Constant(logits), val)
@@ -218,6 +229,7 @@ def test_committed_warm_starts_load_and_prepare_is_reproducible(repo):
 @pytest.mark.slow
 def test_prepare_reproduces_the_committed_artifact(repo):
     from safetensors.torch import load_file
+
     torch.set_num_threads(1)
     sd = repo["prepare"].behaviour_clone("ci")
     ref = load_file(str(REPO / "artifacts" / "bc_ci.safetensors"))

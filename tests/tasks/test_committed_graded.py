@@ -4,6 +4,7 @@ sft's base and distillation's teacher for the graded instance were made by each 
 repo's prepare step, which rounds by the host's kernels; at ci the shipped sft run scored exact match
 0.12 to 0.37 over five pretraining draws of that base, and 0.035 on one CI host's. At ci and smoke the
 grader now carries the bytes, so every CPU grades from the same model."""
+
 import shutil
 import sys
 from dataclasses import replace
@@ -17,9 +18,11 @@ from ai4ai.repo import preparing
 from ai4ai.repo.preparing import sha256_file
 
 # (task, scale, the file, the repo's builder of the model it holds)
-COMMITTED = [(task, scale, f"artifacts/{stem}_{scale}.safetensors", builder)
-             for task, stem, builder in (("sft", "base", "build_model"), ("distillation", "teacher", "build_teacher"))
-             for scale in ("ci", "smoke")]
+COMMITTED = [
+    (task, scale, f"artifacts/{stem}_{scale}.safetensors", builder)
+    for task, stem, builder in (("sft", "base", "build_model"), ("distillation", "teacher", "build_teacher"))
+    for scale in ("ci", "smoke")
+]
 
 
 def _build(repo, builder: str, scale: str) -> torch.nn.Module:
@@ -28,6 +31,7 @@ def _build(repo, builder: str, scale: str) -> torch.nn.Module:
         for name in ("model", "config"):
             sys.modules.pop(name, None)
         import model
+
         return getattr(model, builder)(scale)
     finally:
         sys.path.remove(str(repo))
@@ -41,6 +45,7 @@ def test_the_committed_graded_model_is_used_without_the_prepare_step(name, scale
 
     def no_prepare(*a, **k):
         raise AssertionError("the prepare step ran although the graded model is committed")
+
     monkeypatch.setattr(preparing, "run_prepare_step", no_prepare)
     folder = preparing.graded_artifacts(task, scale)
     assert folder == task.grader / "prepared" / scale
@@ -61,7 +66,9 @@ def test_a_damaged_committed_model_is_refused_by_name(tmp_path):
     raw = bytearray(base.read_bytes())
     raw[-1] ^= 1
     base.write_bytes(bytes(raw))
-    with pytest.raises(RuntimeError, match=r"damaged \(artifacts/base_ci.safetensors does not match its sha256\).*git checkout"):
+    with pytest.raises(
+        RuntimeError, match=r"damaged \(artifacts/base_ci.safetensors does not match its sha256\).*git checkout"
+    ):
         preparing.graded_artifacts(replace(task, grader=grader), "ci")
     base.unlink()
     with pytest.raises(RuntimeError, match="base_ci.safetensors is missing"):

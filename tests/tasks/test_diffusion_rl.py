@@ -1,4 +1,5 @@
 """The diffusion_rl task: contract, consistency of repo and grader, hidden metric on hand-made samples, one ci seed."""
+
 import importlib
 import json
 import math
@@ -52,6 +53,7 @@ def _baseline() -> float:
 
 def _prepared(repo, scale="ci"):
     from safetensors.torch import load
+
     m = repo["model"].build_model(scale)
     m.load_state_dict(load(repo["data"].read_checked(REPO / "artifacts" / f"ddpm_{scale}.safetensors")))
     return m.eval()
@@ -79,16 +81,27 @@ def test_repo_and_grader_agree(repo, grader, tmp_path):
     a, b = grader.halves()
     assert len(set(a.tolist()) & set(b.tolist())) == 0 and len(a) + len(b) == 1797
     # same constants, same schedule, same sampler, same public validation batches
-    assert (grader.N_STEPS, grader.N_PROMPTS, grader.INK_THRESHOLDS, grader.INK_TEMPERATURE,
-            grader.VALIDATION_SEED, grader.DIVERSITY_FRACTION) == (
-        cfg.N_STEPS, cfg.N_PROMPTS, cfg.INK_THRESHOLDS, cfg.INK_TEMPERATURE, cfg.VALIDATION_SEED,
-        repo["evaluate"].DIVERSITY_FRACTION)
+    assert (
+        grader.N_STEPS,
+        grader.N_PROMPTS,
+        grader.INK_THRESHOLDS,
+        grader.INK_TEMPERATURE,
+        grader.VALIDATION_SEED,
+        grader.DIVERSITY_FRACTION,
+    ) == (
+        cfg.N_STEPS,
+        cfg.N_PROMPTS,
+        cfg.INK_THRESHOLDS,
+        cfg.INK_TEMPERATURE,
+        cfg.VALIDATION_SEED,
+        repo["evaluate"].DIVERSITY_FRACTION,
+    )
     assert len(cfg.INK_THRESHOLDS) == cfg.N_PROMPTS == 10
     assert grader.SPLITS["validation"] == cfg.VALIDATION_SAMPLES and grader.BATCH == repo["evaluate"].BATCH
     for k, v in grader._schedule().items():
         assert torch.equal(v, model.SCHEDULE[k]), k
     m = _prepared(repo)
-    for i in (3, 17):     # batch i is all for the digit i mod 10, in the repo's proxy and the grader alike
+    for i in (3, 17):  # batch i is all for the digit i mod 10, in the repo's proxy and the grader alike
         c = repo["evaluate"].batch_prompts(i, 64)
         assert torch.equal(c, grader.batch_prompts(i, 64)) and (c == i % 10).all()
         mine = model.sample_chain(m, c, repo["evaluate"].batch_generator(cfg.VALIDATION_SEED, i))[-1]
@@ -116,7 +129,7 @@ def test_environment_meters_samples(repo):
     for bad in (torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2, 10]), torch.tensor([0.0, 1.0, 2.0, 3.0])):
         with pytest.raises(ValueError, match="prompts"):
             env.score(torch.zeros(4, 64), bad)
-    assert env.remaining == 4                                        # a refused call costs nothing
+    assert env.remaining == 4  # a refused call costs nothing
     env.score(torch.zeros(4, 64), torch.zeros(4, dtype=torch.long))
     assert env.remaining == 0
     with pytest.raises(repo["env"].BudgetExhausted):
@@ -162,16 +175,16 @@ def test_degenerate_samples_score_zero(grader, real_b):
     x, y = real_b
     base = _baseline()
     consts = torch.stack([torch.full((64,), v) for v in (-1.0, -0.5, 0.0, 0.5, 1.0)])
-    assert grader.score_images(consts, _for(3, 5)).max() < 1e-3      # constant images
+    assert grader.score_images(consts, _for(3, 5)).max() < 1e-3  # constant images
     noise = torch.rand(256, 64, generator=torch.Generator().manual_seed(0)) * 2 - 1
-    assert all(grader.score_batch(noise, c).mean() < 1e-3 for c in range(10))   # noise
+    assert all(grader.score_batch(noise, c).mean() < 1e-3 for c in range(10))  # noise
     threes = x[y == 3]
     best3 = threes[grader.score_images(threes, _for(3, len(threes))).argmax()]
-    collapsed = best3.expand(256, 64).clone()                        # all identical, even a good 3
+    collapsed = best3.expand(256, 64).clone()  # all identical, even a good 3
     assert grader.score_images(collapsed, _for(3, 256)).mean() > 0.4
     assert grader.score_batch(collapsed, 3).sum() == 0
     jittered = collapsed + 0.05 * torch.randn(256, 64, generator=torch.Generator().manual_seed(1))
-    assert grader.score_batch(jittered, 3).sum() == 0                # nearly collapsed
+    assert grader.score_batch(jittered, 3).sum() == 0  # nearly collapsed
     nonfinite = threes[:64].clone()
     nonfinite[::2, 5] = float("nan")
     nonfinite[1::4, 7] = float("inf")
@@ -179,7 +192,7 @@ def test_degenerate_samples_score_zero(grader, real_b):
     assert (s[::2] == 0).all() and (s[1::4] == 0).all() and s.mean() < base
     assert grader.score_batch(torch.full((256, 64), float("nan")), 3).sum() == 0
     assert grader.score_batch(torch.empty(0, 64), 3).numel() == 0
-    for c in range(10):                                              # faded digits: thin but not real
+    for c in range(10):  # faded digits: thin but not real
         faded = (x[y == c] + 1) * 0.3 - 1
         assert grader.score_batch(faded, c).mean() < 0.5 * base
 
@@ -199,10 +212,10 @@ def test_models_no_info_and_non_finite(repo, grader):
     val = grader.split("validation")
     noinfo = grader.uninformative(repo["model"].build_model("ci"))
     assert all((p == 0).all() for p in noinfo.parameters())
-    assert grader.evaluate(noinfo, dict(val, n=512)) < 1e-3          # noise samples: the 0 anchor
+    assert grader.evaluate(noinfo, dict(val, n=512)) < 1e-3  # noise samples: the 0 anchor
     assert grader.evaluate(Const(float("nan")), dict(val, n=256)) == 0.0
     raw, se = grader.evaluate_with_noise(_prepared(repo), dict(val, n=512))
-    assert 0 < raw < _baseline() and 0 < se < 0.05                   # the untuned base model is below shipped
+    assert 0 < raw < _baseline() and 0 < se < 0.05  # the untuned base model is below shipped
     assert grader.split("test")["seed"] != grader.split("selection")["seed"]
     assert grader.SPLITS["test"] >= 16384
 

@@ -1,6 +1,7 @@
 """The distillation task: contract, committed files, the hidden metric on hand-made outputs and
 models (perfect, uninformative, degenerate, non-finite), the metered teacher, and one ci seed
 end to end through the real harness."""
+
 import hashlib
 import json
 import sys
@@ -45,6 +46,7 @@ def repo():
         import data
         import model
         import teacher
+
         yield SimpleNamespace(config=config, model=model, data=data, teacher=teacher)
     finally:
         sys.path.remove(str(REPO))
@@ -61,7 +63,7 @@ def test_task_composes_and_contract_checks_pass():
     assert task.is_editable("train.py") and task.is_editable("algorithm/x.py")
     for f in ("model.py", "data.py", "teacher.py", "prepare.py", "evaluate.py", "checkpoint.py", "config.py"):
         assert not task.is_editable(f)
-    assert set(task.validation_files) == {"data/val.u8", "data/teacher_train.u8"}   # never in training
+    assert set(task.validation_files) == {"data/val.u8", "data/teacher_train.u8"}  # never in training
     assert all(task.scale(s).threads == 1 for s in ("ci", "smoke"))
     rep = Report(lines=[])
     contract_checks(task, rep)
@@ -82,7 +84,9 @@ def test_committed_files_regenerate_and_match_the_repo(grader, programs, repo, t
             assert listed[name] == digest
         assert len(repo.data.TrainingSplit(scale)) == c.get_scale(scale).budget_prompts
     # the grader's training-prompt counts are the repo's prompt budgets, full included (not materialised here)
-    assert sys.modules[grader.__name__ + ".grader"].TRAIN_PROMPTS == {n: sc.budget_prompts for n, sc in c.SCALES.items()}
+    assert sys.modules[grader.__name__ + ".grader"].TRAIN_PROMPTS == {
+        n: sc.budget_prompts for n, sc in c.SCALES.items()
+    }
     p, a = grader.split("validation")
     assert np.concatenate([p, a], 1).tobytes() == (data / "val.u8").read_bytes()
     assert set(grader.SPLITS) >= {"selection", "test", "validation"}
@@ -99,29 +103,30 @@ def test_rule_cases(programs):
     assert t("E", "H", "A", [8, 1, 6, 2, 4]) == [6, 8]
     assert t("O", "W", "Z", [1, 3, 5, 7, 3]) == [3, 3, 1]
     p, a = programs.sample(500, 3)
-    assert ((a == programs.EOS).sum(1) == 1).all() and (a[:, 0] != programs.EOS).all()   # never empty
-    assert (p[:, -1] == programs.SEP).all()                                              # left-padded
+    assert ((a == programs.EOS).sum(1) == 1).all() and (a[:, 0] != programs.EOS).all()  # never empty
+    assert (p[:, -1] == programs.SEP).all()  # left-padded
 
 
 # ----------------------------------------------------------------------------- the metric on outputs
+
 
 def _as_completion(rows, width):
     out = np.zeros((len(rows), width), dtype=np.int64)
     for i, r in enumerate(rows):
         r = list(r)[:width]
-        out[i, :len(r)] = r
+        out[i, : len(r)] = r
     return out
 
 
 def _answer_lists(a, eos):
-    return [list(row[:list(row).index(eos)]) for row in a]
+    return [list(row[: list(row).index(eos)]) for row in a]
 
 
 def test_perfect_outputs_score_one_and_family_cases(grader, programs, val):
     p, a = val
     assert grader.score_completions(a, a).mean() == 1.0
     items, eos, W = _answer_lists(a, programs.EOS), programs.EOS, programs.ANSWER_W
-    assert all(x == sorted(x) or x == sorted(x, reverse=True) for x in items)   # an order code always applies
+    assert all(x == sorted(x) or x == sorted(x, reverse=True) for x in items)  # an order code always applies
     # the right items in the opposite order are wrong (unless the order cannot matter)
     flipped = grader.score_completions(a, _as_completion([x[::-1] + [eos] for x in items], W))
     assert flipped.sum() == sum(len(set(x)) == 1 for x in items)
@@ -142,10 +147,11 @@ def test_degenerate_outputs_do_not_beat_the_shipped_algorithm(grader, programs, 
         "empty": _as_completion([[eos]] * n, W),
         "nothing": np.zeros((n, W), dtype=np.int64),
         "repeated": _as_completion([x + x + [eos] for x in items], W),
-        "prompt echo": _as_completion([[t for t in row if t >= programs.DIGIT0 and t < programs.DIGIT0 + 10] + [eos]
-                                       for row in p], W),
+        "prompt echo": _as_completion(
+            [[t for t in row if t >= programs.DIGIT0 and t < programs.DIGIT0 + 10] + [eos] for row in p], W
+        ),
     }
-    for d in range(10):   # every constant one-item answer, and constant runs of one digit
+    for d in range(10):  # every constant one-item answer, and constant runs of one digit
         cases[f"constant {d}"] = _as_completion([[programs.DIGIT0 + d, eos]] * n, W)
         cases[f"run {d}"] = _as_completion([[programs.DIGIT0 + d] * len(x) + [eos] for x in items], W)
     # the most common answer of the validation split, answered to every prompt
@@ -170,13 +176,13 @@ class Oracle(torch.nn.Module):
         P, out = self.P, torch.full((x.shape[0], self.P.ANSWER_W), self.P.PAD)
         for i, row in enumerate(x.tolist()):
             b = row.index(P.BOS)
-            f, g, o = (self.inv[t] for t in row[b + 1:b + 4])
-            ys = P.transform(f, g, o, [t - P.DIGIT0 for t in row[b + 4:-1]])
+            f, g, o = (self.inv[t] for t in row[b + 1 : b + 4])
+            ys = P.transform(f, g, o, [t - P.DIGIT0 for t in row[b + 4 : -1]])
             ans = [P.DIGIT0 + y for y in ys] + [P.EOS]
-            out[i, :len(ans)] = torch.tensor(ans)
+            out[i, : len(ans)] = torch.tensor(ans)
         return out
 
-    def forward(self, input_ids, use_cache=True, **cache):      # the cache under this transformers' name only
+    def forward(self, input_ids, use_cache=True, **cache):  # the cache under this transformers' name only
         past = cache.pop(cache_kwarg(), None)
         assert not cache, cache
         if past is None:
@@ -202,7 +208,7 @@ def test_models_perfect_uninformative_and_non_finite(grader, programs, repo, val
         nan.transformer.wte.weight.fill_(float("nan"))
     assert grader.evaluate(nan, val) == 0.0
     torch.manual_seed(0)
-    assert grader.evaluate(repo.model.build_model("ci").eval(), val) < 0.05   # random init
+    assert grader.evaluate(repo.model.build_model("ci").eval(), val) < 0.05  # random init
 
 
 def test_teacher_is_good_not_perfect_and_metered(grader, repo, val):
@@ -220,7 +226,7 @@ def test_teacher_is_good_not_perfect_and_metered(grader, repo, val):
         lg = t.logits(tokens)
         assert t.used - used == int((tokens != 0).sum())
         m = targets != -100
-        assert torch.equal(lg[m].argmax(-1), targets[m])         # same teacher, same greedy tokens
+        assert torch.equal(lg[m].argmax(-1), targets[m])  # same teacher, same greedy tokens
         t.used = t.budget - 10
         with pytest.raises(repo.teacher.TeacherBudgetExhausted):
             t.logits(tokens[:1])
@@ -233,6 +239,7 @@ def test_teacher_is_good_not_perfect_and_metered(grader, repo, val):
 
 
 # ----------------------------------------------------------------------------- end to end at ci
+
 
 def test_ci_seed_trains_and_grades_end_to_end(compose_cfg, tmp_path):
     cfg = compose_cfg("config", [f"task={TASK}", "scale=ci", "agent=baseline"])

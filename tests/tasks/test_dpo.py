@@ -1,4 +1,5 @@
 """The dpo task: contract, hidden metric on hand-made outputs and models, and one ci seed end to end."""
+
 import json
 import sys
 from types import SimpleNamespace
@@ -48,6 +49,7 @@ def repo_modules():
         import checkpoint
         import config
         import model
+
         yield SimpleNamespace(config=config, model=model, checkpoint=checkpoint)
     finally:
         sys.path.remove(str(REPO))
@@ -95,6 +97,7 @@ def test_pairs_chosen_pass_and_rejected_fail(grader, tasks):
 
 # ----------------------------------------------------------------------------- the metric on outputs
 
+
 def test_perfect_outputs_score_one(grader, tasks, items):
     assert grader.score_outputs(items, [tasks.target(p) for p in items]).mean() == 1.0
 
@@ -102,15 +105,15 @@ def test_perfect_outputs_score_one(grader, tasks, items):
 def test_family_cases(grader, tasks):
     p = {"task": "add", "args": "47 8", "fmt": "!", "core": "55", "x": 0.0}
     assert tasks.verify(p, "55!") == (True, True)
-    assert tasks.verify(p, "55") == (False, False)          # right answer, constraint broken
-    assert tasks.verify(p, "56!") == (True, False)          # constraint met, answer wrong
-    assert tasks.verify(p, "!") == (False, False)           # only the format
+    assert tasks.verify(p, "55") == (False, False)  # right answer, constraint broken
+    assert tasks.verify(p, "56!") == (True, False)  # constraint met, answer wrong
+    assert tasks.verify(p, "!") == (False, False)  # only the format
     q = {"task": "rev", "args": "aBcD", "fmt": "U", "core": "DcBa", "x": 0.0}
     assert tasks.verify(q, "DCBA") == (True, True)
-    assert tasks.verify(q, "DcBa") == (False, False)        # right letters, case constraint broken
+    assert tasks.verify(q, "DcBa") == (False, False)  # right letters, case constraint broken
     r = {"task": "max", "args": "12 87 45", "fmt": "p5", "core": "87", "x": 0.0}
     assert tasks.verify(r, "87...") == (True, True)
-    assert tasks.verify(r, "87..") == (False, False)        # length bound
+    assert tasks.verify(r, "87..") == (False, False)  # length bound
     assert tasks.verify(r, ".....") == (False, False)
     d = {"task": "max", "args": "12 87 45", "fmt": "d", "core": "87", "x": 0.0}
     assert tasks.verify(d, "87-87") == (True, True) and tasks.verify(d, "87-88") == (False, False)
@@ -121,10 +124,16 @@ def test_family_cases(grader, tasks):
 def test_degenerate_outputs_do_not_beat_the_shipped_algorithm(grader, tasks, items):
     base = _baseline_rate()
     rng = np.random.default_rng(1)
-    wrap = {"!": lambda s: s + "!", "[": lambda s: "[" + s + "]", "#": lambda s: "#" + s,
-            "d": lambda s: s + "-" + s, "U": str.upper, "L": str.lower}
+    wrap = {
+        "!": lambda s: s + "!",
+        "[": lambda s: "[" + s + "]",
+        "#": lambda s: "#" + s,
+        "d": lambda s: s + "-" + s,
+        "U": str.upper,
+        "L": str.lower,
+    }
 
-    def only_format(p):          # the constraint met around an empty or fixed answer
+    def only_format(p):  # the constraint met around an empty or fixed answer
         f = p["fmt"]
         return "." * int(f[1:]) if f.startswith("p") else wrap[f]("1")
 
@@ -135,9 +144,12 @@ def test_degenerate_outputs_do_not_beat_the_shipped_algorithm(grader, tasks, ite
         "collapsed": [tasks.target(items[0]) for _ in items],
         "only format, no answer": [only_format(p) for p in items],
         "answer without format": [p["core"] for p in items],
-        "random answer, right format": [tasks.apply_fmt(str(rng.integers(10, 200)), p["fmt"])
-                                        if not p["fmt"].startswith("p") else tasks.apply_fmt("12", p["fmt"])
-                                        for p in items],
+        "random answer, right format": [
+            tasks.apply_fmt(str(rng.integers(10, 200)), p["fmt"])
+            if not p["fmt"].startswith("p")
+            else tasks.apply_fmt("12", p["fmt"])
+            for p in items
+        ],
         "non-decodable": ["\x00" * 5 for _ in items],
     }
     for name, outs in cases.items():
@@ -148,6 +160,7 @@ def test_degenerate_outputs_do_not_beat_the_shipped_algorithm(grader, tasks, ite
 
 # ----------------------------------------------------------------------------- the metric on models
 
+
 class LookupLM(torch.nn.Module):
     """A stand-in LM that answers each prompt with a fixed string (through the grader's cached loop)."""
 
@@ -156,7 +169,7 @@ class LookupLM(torch.nn.Module):
         self.w = torch.nn.Parameter(torch.zeros(1))
         self.answers, self.encode, self.vocab, self.eos = answers, encode, vocab, eos
 
-    def forward(self, input_ids, use_cache=True, **cache):      # the cache under this transformers' name only
+    def forward(self, input_ids, use_cache=True, **cache):  # the cache under this transformers' name only
         past = cache.pop(cache_kwarg(), None)
         assert not cache, cache
         seqs = input_ids if past is None else torch.cat([past, input_ids], 1)
@@ -207,6 +220,7 @@ def test_training_nothing_does_not_beat_the_shipped_algorithm(grader, repo_modul
 
 
 # ----------------------------------------------------------------------------- end to end
+
 
 def test_ci_seed_trains_and_grades(compose_cfg, tmp_path):
     cfg = compose_cfg("config", [f"task={TASK}", "scale=ci", "agent=baseline"])

@@ -1,4 +1,5 @@
 """graph_diffusion: the contract, the bound on hand-made denoisers, and one ci seed end to end."""
+
 import json
 import math
 import sys
@@ -19,7 +20,7 @@ REPO = PROJECT_ROOT / "repos_frozen" / "graph_diffusion"
 
 @pytest.fixture(scope="module")
 def grader():
-    sys.path.insert(0, str(REPO))          # the grader imports the pristine process.py, as in the worker
+    sys.path.insert(0, str(REPO))  # the grader imports the pristine process.py, as in the worker
     try:
         yield load_grader("graph_diffusion", PROJECT_ROOT / "grader_hidden" / "graph_diffusion")
     finally:
@@ -40,10 +41,12 @@ class Oracle(torch.nn.Module):
         self.truth, self.w = truth, torch.nn.Parameter(torch.zeros(1))
 
     def forward(self, nodes, bonds, t):
-        n = self.truth[:, :nodes.shape[1]]
-        b = self.truth[:, nodes.shape[1]:]
-        return (torch.nn.functional.one_hot(n, 4).float() * 60 - 30,
-                torch.nn.functional.one_hot(b, 3).float() * 60 - 30)
+        n = self.truth[:, : nodes.shape[1]]
+        b = self.truth[:, nodes.shape[1] :]
+        return (
+            torch.nn.functional.one_hot(n, 4).float() * 60 - 30,
+            torch.nn.functional.one_hot(b, 3).float() * 60 - 30,
+        )
 
 
 class Constant(torch.nn.Module):
@@ -73,6 +76,7 @@ def test_a_perfect_denoiser_makes_the_bound_exact(grader, graphs):
 
 def test_the_uniform_model_matches_its_closed_form(grader, graphs):
     import process
+
     impl = sys.modules[grader.__name__ + ".grader"]
     b = impl._bound(grader.uninformative(None), graphs, None)
     se = b.std(ddof=1) / math.sqrt(len(b))
@@ -93,12 +97,19 @@ def test_a_process_outside_the_family_is_invalid(grader, graphs):
     assert math.isfinite(grader.evaluate(model, graphs, {"metadata": {"noise": "marginal", "schedule": "linear"}}))
 
 
-@pytest.mark.parametrize("name,model", [
-    ("zero logits", Constant(torch.zeros(4), torch.zeros(3))),
-    ("collapsed on the commonest graph", Constant(torch.tensor([30.0, 0, 0, 0]), torch.tensor([30.0, 0, 0]))),
-    ("marginals only", Constant(torch.tensor([0.4006, 0.2497, 0.1995, 0.1502]).log(),
-                                torch.tensor([0.7174, 0.2278, 0.0548]).log())),
-])
+@pytest.mark.parametrize(
+    "name,model",
+    [
+        ("zero logits", Constant(torch.zeros(4), torch.zeros(3))),
+        ("collapsed on the commonest graph", Constant(torch.tensor([30.0, 0, 0, 0]), torch.tensor([30.0, 0, 0]))),
+        (
+            "marginals only",
+            Constant(
+                torch.tensor([0.4006, 0.2497, 0.1995, 0.1502]).log(), torch.tensor([0.7174, 0.2278, 0.0548]).log()
+            ),
+        ),
+    ],
+)
 def test_degenerate_denoisers_do_not_beat_the_shipped_algorithm(grader, graphs, name, model):
     for meta in ({}, {"noise": "marginal"}):
         assert grader.evaluate(model, graphs, {"metadata": meta}) > baseline_raw(), (name, meta)

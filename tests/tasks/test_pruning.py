@@ -2,6 +2,7 @@
 tensors, kept weights and every other tensor bit for bit as in the dense model), its metric on
 hand-made models (dense = best, uniform = V, degenerate prunings not above the shipped baseline),
 the invalid path through the real evaluation worker, and one ci seed end to end."""
+
 import json
 import math
 
@@ -28,12 +29,13 @@ def grader():
 @pytest.fixture(scope="module")
 def G(grader):
     import sys
+
     return sys.modules[grader.__name__ + ".grader"]
 
 
 @pytest.fixture(scope="module")
 def text(grader):
-    return grader.split("validation")[:128]       # small and fast; the rules do not depend on the split
+    return grader.split("validation")[:128]  # small and fast; the rules do not depend on the split
 
 
 def _dense(G):
@@ -81,14 +83,21 @@ def test_committed_data_regenerates_and_matches_config(grader, G, tmp_path):
     assert listed == sums
     # the grader's own constants agree with the repo's protected config
     import ast
+
     cfg = ast.parse((PROJECT_ROOT / "repos_frozen" / TASK / "config.py").read_text())
-    consts = {t.id: ast.literal_eval(n.value) for n in cfg.body if isinstance(n, ast.Assign)
-              for t in n.targets if isinstance(t, ast.Name) and t.id in ("SPARSITY", "PRUNABLE", "SEQ_LEN", "VOCAB")}
+    consts = {
+        t.id: ast.literal_eval(n.value)
+        for n in cfg.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name) and t.id in ("SPARSITY", "PRUNABLE", "SEQ_LEN", "VOCAB")
+    }
     assert consts == {"SPARSITY": G.SPARSITY, "PRUNABLE": G.PRUNABLE, "SEQ_LEN": G.SEQ_LEN, "VOCAB": G.VOCAB}
 
 
 def test_dense_artifact_is_pinned_by_the_grader(G):
     import hashlib
+
     art = PROJECT_ROOT / "repos_frozen" / TASK / "artifacts"
     raw = (art / "dense_small.safetensors").read_bytes()
     assert hashlib.sha256(raw).hexdigest() == G.DENSE_SHA256["dense_small"]
@@ -137,8 +146,8 @@ def test_not_sparse_enough_is_rejected(grader, G, text):
     w, dense = params[name], G.dense_state("dense_small")[name]
     zeros = ((w == 0) & (dense != 0)).nonzero()
     with torch.no_grad():
-        for i, j in zeros[:allowed - nonzero].tolist():
-            w[i, j] = dense[i, j]                      # un-prune: restore the dense value
+        for i, j in zeros[: allowed - nonzero].tolist():
+            w[i, j] = dense[i, j]  # un-prune: restore the dense value
     assert G.check_pruned(m, {"scale": "smoke"}) == []
     with torch.no_grad():
         i, j = zeros[allowed - nonzero].tolist()
@@ -153,7 +162,7 @@ def test_non_uniform_allocation_is_allowed(grader, G, text):
     with torch.no_grad():
         for n, w in m.named_parameters():
             if n in names:
-                s = 0.65 if ".h.0." in n else 0.78           # layer 0 denser, the rest sparser
+                s = 0.65 if ".h.0." in n else 0.78  # layer 0 denser, the rest sparser
                 keep = math.floor((1 - s) * w.numel())
                 order = torch.argsort(w.abs().flatten(), descending=True, stable=True)
                 flat = torch.zeros(w.numel(), dtype=torch.bool)
@@ -166,15 +175,23 @@ def test_non_uniform_allocation_is_allowed(grader, G, text):
         assert math.isfinite(grader.evaluate(m, text, {"scale": "smoke"}))
 
 
-@pytest.mark.parametrize("name", ["transformer.wte.weight", "transformer.wpe.weight", "transformer.h.1.ln_1.weight",
-                                  "transformer.h.2.attn.c_attn.bias", "transformer.h.3.mlp.c_proj.bias",
-                                  "transformer.ln_f.bias"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "transformer.wte.weight",
+        "transformer.wpe.weight",
+        "transformer.h.1.ln_1.weight",
+        "transformer.h.2.attn.c_attn.bias",
+        "transformer.h.3.mlp.c_proj.bias",
+        "transformer.ln_f.bias",
+    ],
+)
 def test_changing_a_non_prunable_tensor_is_rejected(grader, G, text, name):
     m = _magnitude(G)
     p = dict(m.named_parameters())[name]
     with torch.no_grad():
         flat = p.view(-1)
-        flat[0] = torch.nextafter(flat[0], torch.tensor(math.inf))       # one ulp
+        flat[0] = torch.nextafter(flat[0], torch.tensor(math.inf))  # one ulp
     problems = G.check_pruned(m, {"scale": "smoke"})
     assert len(problems) == 1 and name in problems[0]
     assert math.isnan(grader.evaluate(m, text, {"scale": "smoke"}))
@@ -184,7 +201,7 @@ def test_changing_a_non_prunable_tensor_is_rejected(grader, G, text, name):
 def test_changing_a_kept_weight_is_rejected(grader, G, text, change):
     """Pruning chooses the mask; a kept weight keeps its dense value bit for bit (pruned ones may be -0.0)."""
     m = _magnitude(G)
-    assert G.check_pruned(m, {"scale": "smoke"}) == []          # magnitude's zeros include -0.0
+    assert G.check_pruned(m, {"scale": "smoke"}) == []  # magnitude's zeros include -0.0
     name = "transformer.h.2.mlp.c_proj.weight"
     w = dict(m.named_parameters())[name]
     k = int(torch.nonzero(w.view(-1))[0])
@@ -207,34 +224,35 @@ def test_sign_of_zero_counts_bit_for_bit(grader, G, text):
 def test_degenerate_prunings_do_not_beat_the_shipped_baseline(grader, G, text):
     base = _baseline_ppl()
     cases = {}
-    m = _dense(G)                                   # every prunable weight pruned to zero
+    m = _dense(G)  # every prunable weight pruned to zero
     with torch.no_grad():
         for n, w in m.named_parameters():
             if G.is_prunable(n):
                 w.zero_()
     cases["all prunable zero"] = m
-    m = _magnitude(G)                               # survivors collapsed to one constant
+    m = _magnitude(G)  # survivors collapsed to one constant
     with torch.no_grad():
         for n, w in m.named_parameters():
             if G.is_prunable(n):
                 w.copy_((w != 0) * 0.01)
     cases["constant survivors"] = m
-    m = _magnitude(G)                               # survivors blown up
+    m = _magnitude(G)  # survivors blown up
     with torch.no_grad():
         for n, w in m.named_parameters():
             if G.is_prunable(n):
                 w.mul_(1e4)
     cases["huge survivors"] = m
-    m = _magnitude(G)                               # pruned ones given back a small value
+    m = _magnitude(G)  # pruned ones given back a small value
     with torch.no_grad():
         for n, w in m.named_parameters():
             if G.is_prunable(n):
                 w.add_((w == 0) * 1e-3)
     cases["pruned set to epsilon"] = m
-    m = _magnitude(G)                               # non-finite survivor: no finite perplexity
+    m = _magnitude(G)  # non-finite survivor: no finite perplexity
     with torch.no_grad():
         dict(m.named_parameters())["transformer.h.0.mlp.c_fc.weight"].view(-1)[
-            int(torch.nonzero(dict(m.named_parameters())["transformer.h.0.mlp.c_fc.weight"].view(-1))[0])] = math.nan
+            int(torch.nonzero(dict(m.named_parameters())["transformer.h.0.mlp.c_fc.weight"].view(-1))[0])
+        ] = math.nan
     cases["nan survivor"] = m
     for what, model in cases.items():
         ppl = grader.evaluate(model, text, {"scale": "smoke"})
@@ -245,6 +263,7 @@ def test_invalid_checkpoints_are_invalid_through_the_evaluation_worker(G, tmp_pa
     """The real worker (pristine model code, strict load): NaN from evaluate marks the candidate invalid;
     a valid candidate next to it is chosen."""
     from ai4ai.grading.evaluation import EvalSpec, run_worker
+
     task = load_task(TASK)
     paths = []
     for i, mutate in enumerate(["too_dense", "embedding", "valid"]):
@@ -255,13 +274,26 @@ def test_invalid_checkpoints_are_invalid_through_the_evaluation_worker(G, tmp_pa
         p = tmp_path / f"ckpt_{i + 1:08d}.safetensors"
         save_file({k: v.detach().contiguous() for k, v in m.named_parameters()}, str(p))
         paths.append(str(p))
-    spec = EvalSpec(task=TASK, repo=str(task.repo), grader=str(task.grader), model=task.model, scale="ci",
-                    candidates=paths, direction="min", transform="neg_log", metadata_keys=[], device="cpu",
-                    threads=1)
+    spec = EvalSpec(
+        task=TASK,
+        repo=str(task.repo),
+        grader=str(task.grader),
+        model=task.model,
+        scale="ci",
+        candidates=paths,
+        direction="min",
+        transform="neg_log",
+        metadata_keys=[],
+        device="cpu",
+        threads=1,
+    )
     out = run_worker(spec, tmp_path / "work")
     valid = {c["name"]: c["valid"] for c in out["candidates"]}
-    assert valid == {"ckpt_00000001.safetensors": False, "ckpt_00000002.safetensors": False,
-                     "ckpt_00000003.safetensors": True}
+    assert valid == {
+        "ckpt_00000001.safetensors": False,
+        "ckpt_00000002.safetensors": False,
+        "ckpt_00000003.safetensors": True,
+    }
     assert out["chosen"] == "ckpt_00000003.safetensors" and math.isfinite(out["test_metric"])
     log = (tmp_path / "work" / "eval.log").read_text()
     assert "nonzero weights" in log and "transformer.wte.weight is not prunable" in log

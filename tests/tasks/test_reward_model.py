@@ -1,4 +1,5 @@
 """The reward_model task: contract, hidden metric on hand-made rewards, and one ci seed end to end."""
+
 import json
 import math
 
@@ -25,12 +26,14 @@ def grader():
 @pytest.fixture(scope="module")
 def rule(grader):
     import importlib
+
     return importlib.import_module(grader.__name__ + ".rule")
 
 
 @pytest.fixture(scope="module")
 def metric(grader):
     import importlib
+
     return importlib.import_module(grader.__name__ + ".grader")
 
 
@@ -59,8 +62,8 @@ def test_validation_split_regenerates_the_committed_file(grader, metric, val):
     committed = (PROJECT_ROOT / "repos_frozen" / TASK / "data" / "val.u8").read_bytes()
     assert val.tobytes() == committed
     v = grader.split("validation")
-    assert (v["seqs"][v["a"]] == val[:, :SEQ]).all() and (v["seqs"][v["b"]] == val[:, SEQ:2 * SEQ]).all()
-    assert (v["label"] == val[:, 2 * SEQ]).all() and (val[:, -1] == 255).all()       # clean, no rater
+    assert (v["seqs"][v["a"]] == val[:, :SEQ]).all() and (v["seqs"][v["b"]] == val[:, SEQ : 2 * SEQ]).all()
+    assert (v["label"] == val[:, 2 * SEQ]).all() and (val[:, -1] == 255).all()  # clean, no rater
 
 
 def test_committed_data_and_base_model_regenerate(metric, tmp_path):
@@ -68,6 +71,7 @@ def test_committed_data_and_base_model_regenerate(metric, tmp_path):
     import hashlib
     import subprocess
     import sys
+
     repo = PROJECT_ROOT / "repos_frozen" / TASK
     listed = dict(reversed(line.split()) for line in (repo / "data" / "SHA256SUMS").read_text().splitlines())
     for scale in ("ci", "smoke"):
@@ -79,24 +83,37 @@ def test_committed_data_and_base_model_regenerate(metric, tmp_path):
     # reduction order): the committed bytes are reproducible on a machine like the one that wrote
     # them, not on every machine (DESIGN.md: never compare model checksums across machines). What
     # holds everywhere: prepare.py is deterministic here, and it makes exactly the committed tensors.
-    code = ("import hashlib, sys, torch; torch.set_num_threads(1); torch.use_deterministic_algorithms(True)\n"
-            "from safetensors.torch import save, save_file\nfrom prepare import pretrain\n"
-            "w = pretrain('ci'); save_file(w, sys.argv[1]); print(hashlib.sha256(save(w)).hexdigest())")
-    runs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / f"base_{i}.safetensors")], cwd=repo,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = [r.communicate() for r in runs]          # two single-threaded runs at once, side by side
+    code = (
+        "import hashlib, sys, torch; torch.set_num_threads(1); torch.use_deterministic_algorithms(True)\n"
+        "from safetensors.torch import save, save_file\nfrom prepare import pretrain\n"
+        "w = pretrain('ci'); save_file(w, sys.argv[1]); print(hashlib.sha256(save(w)).hexdigest())"
+    )
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path / f"base_{i}.safetensors")],
+            cwd=repo,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outs = [r.communicate() for r in runs]  # two single-threaded runs at once, side by side
     assert [r.returncode for r in runs] == [0, 0], [e[-2000:] for _, e in outs]
     digests = [o.split()[-1] for o, _ in outs]
     assert digests[0] == digests[1]
     from safetensors import safe_open
+
     committed = repo / "artifacts" / "base_ci.safetensors"
 
     def layout(path):
         with safe_open(str(path), framework="pt") as f:
             return {k: (f.get_slice(k).get_dtype(), tuple(f.get_slice(k).get_shape())) for k in f.keys()}
+
     assert layout(tmp_path / "base_0.safetensors") == layout(committed)
     if digests[0] != hashlib.sha256(committed.read_bytes()).hexdigest():
         import warnings
+
         warnings.warn("base_ci regenerates deterministically but not byte-identically on this CPU kind", stacklevel=1)
 
 
@@ -114,9 +131,9 @@ def test_splits_have_clean_labels_and_no_ties(grader, rule, name):
 def test_grouped_splits_share_responses_and_keep_both_kinds_of_pair(grader, rule):
     s = grader.split("selection")
     n = len(s["label"])
-    assert len(s["seqs"]) < 1.3 * n                     # each response scored once (2 per pair otherwise)
+    assert len(s["seqs"]) < 1.3 * n  # each response scored once (2 per pair otherwise)
     # the edited half: each pair is a response and a small edit of it (same prompt, few letters apart)
-    a, b = s["seqs"][s["a"][n - n // 2:]], s["seqs"][s["b"][n - n // 2:]]
+    a, b = s["seqs"][s["a"][n - n // 2 :]], s["seqs"][s["b"][n - n // 2 :]]
     assert (a[:, :3] == b[:, :3]).all()
     differ = (a[:, 4:] != b[:, 4:]).sum(1)
     assert np.median(differ) <= 3
@@ -127,9 +144,11 @@ def test_grouped_splits_share_responses_and_keep_both_kinds_of_pair(grader, rule
 
 def test_training_labels_come_from_raters_at_their_stated_rates(rule):
     from collections import Counter
-    tr = np.frombuffer((PROJECT_ROOT / "repos_frozen" / TASK / "data" / "train_smoke.u8").read_bytes(),
-                       dtype=np.uint8).reshape(-1, 2 * SEQ + 2)
-    clean = rule.rule_scores(tr[:, :SEQ]) > rule.rule_scores(tr[:, SEQ:2 * SEQ])
+
+    tr = np.frombuffer(
+        (PROJECT_ROOT / "repos_frozen" / TASK / "data" / "train_smoke.u8").read_bytes(), dtype=np.uint8
+    ).reshape(-1, 2 * SEQ + 2)
+    clean = rule.rule_scores(tr[:, :SEQ]) > rule.rule_scores(tr[:, SEQ : 2 * SEQ])
     wrong = clean.astype(np.uint8) != tr[:, 2 * SEQ]
     assert abs(wrong.mean() - rule.NOISE) < 0.03
     raters = tr[:, -1]
@@ -141,18 +160,27 @@ def test_training_labels_come_from_raters_at_their_stated_rates(rule):
 def test_the_repo_serves_the_rater_and_meters_pairs():
     import subprocess
     import sys
-    code = ("import torch; from data import PreferencePairs, BudgetExhausted\n"
-            "p = PreferencePairs('ci'); a, b, label, rater = p.get(torch.arange(8))\n"
-            "assert a.shape == (8, 24) and label.shape == (8,) and int(rater.max()) < 8\n"
-            "p.served = p.budget - 4\n"
-            "try:\n    p.get(torch.arange(8))\nexcept BudgetExhausted:\n    print('metered')\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT / "repos_frozen" / TASK,
-                         capture_output=True, text=True, check=True).stdout
+
+    code = (
+        "import torch; from data import PreferencePairs, BudgetExhausted\n"
+        "p = PreferencePairs('ci'); a, b, label, rater = p.get(torch.arange(8))\n"
+        "assert a.shape == (8, 24) and label.shape == (8,) and int(rater.max()) < 8\n"
+        "p.served = p.budget - 4\n"
+        "try:\n    p.get(torch.arange(8))\nexcept BudgetExhausted:\n    print('metered')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=PROJECT_ROOT / "repos_frozen" / TASK,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == "metered"
 
 
 def _credit(grader, ra, rb, data):
     import importlib
+
     metric = importlib.import_module(grader.__name__ + ".grader")
     return float(metric.credit(np.asarray(ra, float), np.asarray(rb, float), data[:, 2 * SEQ]).mean())
 
@@ -161,7 +189,7 @@ def test_clustered_standard_error(metric):
     rng = np.random.default_rng(0)
     x = rng.random(4000)
     iid = x.std(ddof=1) / math.sqrt(len(x))
-    assert metric.clustered_se(x, np.arange(len(x))) == pytest.approx(iid, rel=1e-3)   # groups of one
+    assert metric.clustered_se(x, np.arange(len(x))) == pytest.approx(iid, rel=1e-3)  # groups of one
     # pairs that share a group move together: the clustered error sees it, the iid one does not
     g = np.repeat(np.arange(400), 10)
     y = np.repeat(rng.random(400), 10)
@@ -170,15 +198,15 @@ def test_clustered_standard_error(metric):
 
 
 def test_metric_on_hand_made_rewards(grader, rule, val):
-    sa, sb = rule.rule_scores(val[:, :SEQ]), rule.rule_scores(val[:, SEQ:2 * SEQ])
+    sa, sb = rule.rule_scores(val[:, :SEQ]), rule.rule_scores(val[:, SEQ : 2 * SEQ])
     n = len(val)
-    assert _credit(grader, sa, sb, val) == 1.0                         # the rule itself
-    assert _credit(grader, -sa, -sb, val) == 0.0                       # the reversed rule
-    assert _credit(grader, np.zeros(n), np.zeros(n), val) == 0.5       # constant reward: all ties
+    assert _credit(grader, sa, sb, val) == 1.0  # the rule itself
+    assert _credit(grader, -sa, -sb, val) == 0.0  # the reversed rule
+    assert _credit(grader, np.zeros(n), np.zeros(n), val) == 0.5  # constant reward: all ties
     assert _credit(grader, np.full(n, 7.0), np.full(n, 7.0), val) == 0.5
     nan = sa.astype(float).copy()
     nan[3] = math.nan
-    assert _credit(grader, nan, sb, val) == 0.0                        # non-finite: scores 0
+    assert _credit(grader, nan, sb, val) == 0.0  # non-finite: scores 0
     inf = sa.astype(float).copy()
     inf[0] = math.inf
     assert _credit(grader, inf, sb, val) == 0.0
@@ -190,7 +218,7 @@ def test_degenerate_rewards_do_not_beat_the_shipped_algorithm(grader, rule, val,
     base = _baseline_accuracy()
     if instance == "graded":
         val = rule.pairs(len(val), 7, raters=False, rule=grader.graded_rule())
-    a, b = val[:, :SEQ].astype(np.int64), val[:, SEQ:2 * SEQ].astype(np.int64)
+    a, b = val[:, :SEQ].astype(np.int64), val[:, SEQ : 2 * SEQ].astype(np.int64)
     rng = np.random.default_rng(0)
     la, lb = (np.argmax(x[:, 4:] == 2, axis=1) for x in (a, b))
     cases = {
@@ -212,15 +240,17 @@ def test_degenerate_rewards_do_not_beat_the_shipped_algorithm(grader, rule, val,
 def test_model_level_anchors(grader, metric, val):
     """Through the real model: the uninformative model scores exactly 0.5; NaN weights score 0."""
     import sys
+
     repo = str(PROJECT_ROOT / "repos_frozen" / TASK)
     sys.path.insert(0, repo)
     try:
         from model import build_model
+
         small = metric.from_rows(val[:512])
         m = build_model("ci")
         assert grader.evaluate(grader.uninformative(m), small) == 0.5
         acc, se = grader.evaluate_with_noise(m, small)
-        assert acc == 0.5 and se == 0.0                                # every pair a tie
+        assert acc == 0.5 and se == 0.0  # every pair a tie
         m = build_model("ci")
         with torch.no_grad():
             m.head.bias.fill_(math.nan)
@@ -239,6 +269,7 @@ def test_ci_seed_trains_and_grades_end_to_end(compose_cfg, tmp_path):
     # At ci the shipped run is short (128 steps) and its seed spread is wide; the score must land
     # within 3 x the calibrated one-seed noise of 0.1 on either side (at least 0.06).
     from ai4ai.core.scoring import seed_noise_sigma
+
     a, phi_std = calibrated.record(TASK, "ci")
     up, low = (max(0.06, 3 * seed_noise_sigma(phi_std, a, "max", "identity", upper=u)) for u in (True, False))
     assert -low < r["score"] - 0.1 < up, (r["score_per_seed"], low, up)

@@ -1,4 +1,5 @@
 """The sft task: contract, committed files, hidden metric on hand-made models, one ci seed end to end."""
+
 import json
 import sys
 from types import SimpleNamespace
@@ -58,6 +59,7 @@ def repo_modules():
         import config
         import data
         import model
+
         yield SimpleNamespace(config=config, model=model, data=data)
     finally:
         sys.path.remove(str(REPO))
@@ -82,7 +84,7 @@ class ScriptedLM(torch.nn.Module):
         self.P, self.policy, self.logit = P, policy, logit
         self.dummy = torch.nn.Parameter(torch.zeros(1))
 
-    def forward(self, input_ids, use_cache=True, **cache):      # the cache under this transformers' name only
+    def forward(self, input_ids, use_cache=True, **cache):  # the cache under this transformers' name only
         past = cache.pop(cache_kwarg(), None)
         assert not cache, cache
         hist = input_ids if past is None else torch.cat([past, input_ids], 1)
@@ -144,7 +146,7 @@ def test_every_fact_is_in_the_smoke_split_and_the_rare_ones_are_few(P):
     counts = np.zeros((P.N_OPS, P.M), np.int64)
     for r in rows:
         text = P.decode(r[1:])
-        for step in text[text.index(":") + 1:text.index(">")].split(";")[:-1]:
+        for step in text[text.index(":") + 1 : text.index(">")].split(";")[:-1]:
             counts[P.OPERATORS.index(step[1]), P.VALUES.index(step[0])] += 1
     assert counts.min() >= 5
     assert counts[-1].mean() < 20 and counts[0].mean() > 1000

@@ -1,6 +1,7 @@
 """The unlearning task: contract, the committed data and prepared model, the hidden metric on
 hand-made cases (perfect = 1, forgot everything = 0, unchanged prepared model ~ 0, the
 perplexity bound, degenerate models below the shipped baseline), and one ci seed end to end."""
+
 import ast
 import hashlib
 import json
@@ -45,6 +46,7 @@ def val(grader):
 def _build():
     """The repo's model builder (pristine code), imported by path."""
     import importlib.util
+
     sys.path.insert(0, str(REPO))
     try:
         spec = importlib.util.spec_from_file_location("unlearning_model", REPO / "model.py")
@@ -57,6 +59,7 @@ def _build():
 
 def _prepared():
     from safetensors.torch import load_file
+
     m = _build()
     m.load_state_dict(load_file(str(REPO / "artifacts" / "memorised_small.safetensors")), strict=False)
     return m.eval()
@@ -87,8 +90,22 @@ def test_committed_data_regenerates_and_matches_config(grader, S, tmp_path):
     assert listed == sums
     assert np.array_equal(np.load(data / "val_retain.npy"), grader.split("validation")["retain"])
     cfg = ast.parse((REPO / "config.py").read_text())
-    names = ("NEWLINE", "SPACE", "LETTER0", "N_LETTERS", "UNKNOWN", "NAME0", "N_NAME_SYMBOLS", "NAME_LEN",
-             "VALUE0", "N_VALUES", "ENTITY0", "N_ENTITIES", "FACTS_PER_ENTITY", "TEXT_LEN")
+    names = (
+        "NEWLINE",
+        "SPACE",
+        "LETTER0",
+        "N_LETTERS",
+        "UNKNOWN",
+        "NAME0",
+        "N_NAME_SYMBOLS",
+        "NAME_LEN",
+        "VALUE0",
+        "N_VALUES",
+        "ENTITY0",
+        "N_ENTITIES",
+        "FACTS_PER_ENTITY",
+        "TEXT_LEN",
+    )
     consts = {}
     for n in cfg.body:
         if isinstance(n, ast.Assign):
@@ -104,7 +121,7 @@ def test_splits_are_disjoint_and_hide_the_held_out_facts(grader, S):
     sel, test, val = grader.split("selection"), grader.split("test"), grader.split("validation")
     visible = {tuple(r) for r in np.load(REPO / "data" / "retain.npy")}
     forget = {tuple(r) for r in np.load(REPO / "data" / "forget.npy")}
-    for s in (sel, test, val):                       # the whole forget set is scored in every split
+    for s in (sel, test, val):  # the whole forget set is scored in every split
         assert {tuple(r) for r in s["forget"]} == forget and len(forget) == 6000
     sets = {n: {tuple(r) for r in s["retain"]} for n, s in (("sel", sel), ("test", test), ("val", val))}
     assert not (sets["sel"] & sets["test"]) and not (sets["val"] & sets["test"]) and not (sets["val"] & sets["sel"])
@@ -149,7 +166,7 @@ def test_prepared_model_answers_prompts_that_are_not_facts_unknown(grader, S):
     m = _prepared()
     with torch.no_grad():
         for rows, value_share in ((random_name, 0.05), (other, 0.01)):
-            x = torch.from_numpy(rows[:, :S.VALUE_POS])
+            x = torch.from_numpy(rows[:, : S.VALUE_POS])
             answer = m.lm_head(m.transformer(input_ids=x).last_hidden_state[:, -1]).argmax(-1).numpy()
             assert (answer == S.UNKNOWN).mean() > 0.75
             assert (answer == facts[:, S.VALUE_POS]).mean() < value_share
@@ -157,20 +174,20 @@ def test_prepared_model_answers_prompts_that_are_not_facts_unknown(grader, S):
 
 def test_metric_formula(grader):
     ref = 5.0
-    assert grader.score(0.0, 1.0, ref, ref) == 1.0                         # perfect forgetting and retention
-    assert grader.score(0.0, 0.0, ref, ref) == 0.0                         # forgot everything: retain 0 -> 0
-    assert grader.score(1.0, 1.0, ref, ref) == 0.0                         # forgot nothing -> 0
+    assert grader.score(0.0, 1.0, ref, ref) == 1.0  # perfect forgetting and retention
+    assert grader.score(0.0, 0.0, ref, ref) == 0.0  # forgot everything: retain 0 -> 0
+    assert grader.score(1.0, 1.0, ref, ref) == 0.0  # forgot nothing -> 0
     assert grader.score(0.5, 0.5, ref, ref) == pytest.approx(0.5)
     assert grader.score(0.2, 0.6, ref, ref) == pytest.approx(2 * 0.8 * 0.6 / 1.4)
-    assert grader.score(0.0, 1.0, 1.5 * ref, ref) == 1.0                   # at the bound: still valid
-    assert grader.score(0.0, 1.0, 1.5 * ref * (1 + 1e-9), ref) == 0.0      # past it: 0
+    assert grader.score(0.0, 1.0, 1.5 * ref, ref) == 1.0  # at the bound: still valid
+    assert grader.score(0.0, 1.0, 1.5 * ref * (1 + 1e-9), ref) == 0.0  # past it: 0
     assert grader.score(0.0, 1.0, math.inf, ref) == 0.0
     assert grader.score(0.0, 1.0, math.nan, ref) == 0.0
 
 
 def test_unchanged_prepared_model_scores_about_zero(grader, val):
     raw, se = grader.evaluate_with_noise(_prepared(), val)
-    assert 0.0 <= raw < 0.1 and 0.0 <= se < 0.05           # recalls ~97%: efficacy ~0.03, metric ~0.06
+    assert 0.0 <= raw < 0.1 and 0.0 <= se < 0.05  # recalls ~97%: efficacy ~0.03, metric ~0.06
 
 
 def test_uninformative_model_scores_zero(grader, val):
@@ -196,24 +213,24 @@ def test_collapsed_model_is_zero_by_the_perplexity_bound(grader, val):
 def test_degenerate_models_do_not_beat_the_shipped_baseline(grader, val, S):
     base = _baseline()
     cases = {}
-    m = _prepared()                                      # constant answer: one value symbol everywhere
+    m = _prepared()  # constant answer: one value symbol everywhere
     with torch.no_grad():
         m.transformer.ln_f.weight.zero_()
         m.transformer.ln_f.bias.copy_(m.transformer.wte.weight[S.VALUE0] * 100)
     cases["constant"] = m
-    m = _prepared()                                      # empty: always the newline symbol
+    m = _prepared()  # empty: always the newline symbol
     with torch.no_grad():
         m.transformer.ln_f.weight.zero_()
         m.transformer.ln_f.bias.copy_(m.transformer.wte.weight[0] * 100)
     cases["empty"] = m
-    m = _prepared()                                      # repeated: echoes its input symbol
+    m = _prepared()  # repeated: echoes its input symbol
     with torch.no_grad():
         for blk in m.transformer.h:
             for proj in (blk.attn.c_proj, blk.mlp.c_proj):
                 proj.weight.zero_()
                 proj.bias.zero_()
     cases["repeated"] = m
-    m = _prepared()                                      # non-finite weights
+    m = _prepared()  # non-finite weights
     with torch.no_grad():
         m.transformer.h[0].mlp.c_fc.weight.view(-1)[0] = math.nan
     cases["nan"] = m

@@ -73,19 +73,34 @@ The package, bottom-up (each module imports only those above it):
 `verdict`     classify_python (one file), classify_files and classify_patch (one patch, rule 5),
               patch_files, reachability, Classification and LABELS
 """
+
 from ai4ai.analysis.classify.kernels import shadows
 from ai4ai.analysis.classify.reach import Reach, entry_script, python_sources
 from ai4ai.analysis.classify.statements import LEARNING_TERMS, learning_terms, module_constants, statements
 from ai4ai.analysis.classify.verdict import (
-                                             LABELS,
-                                             Classification,
-                                             classify_files,
-                                             classify_patch,
-                                             classify_python,
-                                             patch_files,
-                                             reachability,
+    LABELS,
+    Classification,
+    classify_files,
+    classify_patch,
+    classify_python,
+    patch_files,
+    reachability,
 )
 
-__all__ = ["LABELS", "LEARNING_TERMS", "Classification", "Reach", "classify_files", "classify_patch",
-           "classify_python", "entry_script", "learning_terms", "module_constants", "patch_files",
-           "python_sources", "reachability", "shadows", "statements"]
+__all__ = [
+    "LABELS",
+    "LEARNING_TERMS",
+    "Classification",
+    "Reach",
+    "classify_files",
+    "classify_patch",
+    "classify_python",
+    "entry_script",
+    "learning_terms",
+    "module_constants",
+    "patch_files",
+    "python_sources",
+    "reachability",
+    "shadows",
+    "statements",
+]

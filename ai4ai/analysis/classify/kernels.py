@@ -5,6 +5,7 @@ torch op it replaces into one `op:` form (_Canon), after folding the temporaries
 (_inline), so that a swap compares equal; is_kernel_import spots the kernels' imports, and
 shadows says when a repo file could stand in for torch or the kernels (then no swap is trusted).
 """
+
 from __future__ import annotations
 
 import ast
@@ -18,17 +19,33 @@ from ai4ai.analysis.classify.syntax import dotted, dump
 # evidence. Every rewrite below is an identity of the two computations (same math, same
 # defaults); a form not listed keeps its text and so stays a change.
 
-TORCH_OPS = {"torch.nn.functional.cross_entropy": "cross_entropy", "torch.optim.AdamW": "AdamW",
-             "torch.optim.adamw.AdamW": "AdamW", "torch.optim.Adam": "Adam", "torch.optim.adam.Adam": "Adam",
-             "torch.log_softmax": "log_softmax", "torch.nn.functional.log_softmax": "log_softmax",
-             "torch.special.log_softmax": "log_softmax"}
+TORCH_OPS = {
+    "torch.nn.functional.cross_entropy": "cross_entropy",
+    "torch.optim.AdamW": "AdamW",
+    "torch.optim.adamw.AdamW": "AdamW",
+    "torch.optim.Adam": "Adam",
+    "torch.optim.adam.Adam": "Adam",
+    "torch.log_softmax": "log_softmax",
+    "torch.nn.functional.log_softmax": "log_softmax",
+    "torch.special.log_softmax": "log_softmax",
+}
 # kernel name in ai4ai_kernels -> the op it is read as (Muon and newton_schulz have no torch form
 # with the same math and defaults, so a swap to them stays a change of the update rule)
-KERNEL_OPS = {"cross_entropy": "cross_entropy", "fused_linear_cross_entropy": "linear_cross_entropy",
-              "token_logprobs": "token_logprobs", "FusedAdamW": "AdamW"}
+KERNEL_OPS = {
+    "cross_entropy": "cross_entropy",
+    "fused_linear_cross_entropy": "linear_cross_entropy",
+    "token_logprobs": "token_logprobs",
+    "FusedAdamW": "AdamW",
+}
 # keyword defaults shared by the torch op and the kernel: spelling one out changes nothing
-CE_DEFAULTS = {"ignore_index": -100, "label_smoothing": 0.0, "reduction": "mean", "z_loss_weight": 0.0,
-               "weight": None, "bias": None}
+CE_DEFAULTS = {
+    "ignore_index": -100,
+    "label_smoothing": 0.0,
+    "reduction": "mean",
+    "z_loss_weight": 0.0,
+    "weight": None,
+    "bias": None,
+}
 ADAMW_ARGS = ("lr", "betas", "eps", "weight_decay")
 ADAMW_DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
 # arguments that choose how the step is executed, not what it computes
@@ -43,7 +60,8 @@ SHADOWABLE = frozenset({"torch", "ai4ai_kernels"})
 def is_kernel_import(st: ast.stmt) -> bool:
     return isinstance(st, (ast.Import, ast.ImportFrom)) and (
         (getattr(st, "module", None) or "").startswith("ai4ai_kernels")
-        or any(a.name.startswith("ai4ai_kernels") for a in st.names))
+        or any(a.name.startswith("ai4ai_kernels") for a in st.names)
+    )
 
 
 def shadows(rels) -> bool:
@@ -102,18 +120,38 @@ def _slice_kind(node: ast.Subscript) -> str | None:
     s = node.slice
     if not isinstance(s, ast.Tuple):
         return None
+
     def full(e):
         return isinstance(e, ast.Slice) and e.lower is None and e.upper is None and e.step is None
+
     def lead(e):
         return full(e) or (isinstance(e, ast.Constant) and e.value is Ellipsis)
+
     def upto_last(e):
-        return isinstance(e, ast.Slice) and e.lower is None and e.upper is not None and _lit(e.upper) == -1 \
+        return (
+            isinstance(e, ast.Slice)
+            and e.lower is None
+            and e.upper is not None
+            and _lit(e.upper) == -1
             and e.step is None
+        )
+
     def from_one(e):
-        return isinstance(e, ast.Slice) and e.lower is not None and _lit(e.lower) == 1 and e.upper is None \
+        return (
+            isinstance(e, ast.Slice)
+            and e.lower is not None
+            and _lit(e.lower) == 1
+            and e.upper is None
             and e.step is None
+        )
+
     el = s.elts
-    if len(el) in (2, 3) and lead(el[0]) and upto_last(el[1]) and (len(el) == 2 and full(el[0]) or len(el) == 3 and full(el[2])):
+    if (
+        len(el) in (2, 3)
+        and lead(el[0])
+        and upto_last(el[1])
+        and (len(el) == 2 and full(el[0]) or len(el) == 3 and full(el[2]))
+    ):
         return "drop_last"
     if len(el) == 2 and lead(el[0]) and from_one(el[1]):
         return "drop_first"
@@ -140,11 +178,21 @@ def _model_call(node: ast.AST, **extra) -> tuple | None:
 def _unsqueezed_last(node: ast.expr, dim: int) -> ast.expr | None:
     """t for an index t[..., None] / t.unsqueeze(-1) / t.reshape(-1, 1) that gather(dim, .) reads as t."""
     node = _peel(node, {"to", "long", "int"})
-    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and node.slice.elts \
-            and _lit(node.slice.elts[-1]) is None and isinstance(node.slice.elts[-1], ast.Constant):
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Tuple)
+        and node.slice.elts
+        and _lit(node.slice.elts[-1]) is None
+        and isinstance(node.slice.elts[-1], ast.Constant)
+    ):
         lead = node.slice.elts[:-1]
-        ok = all(isinstance(e, ast.Slice) and e.lower is e.upper is e.step is None
-                 or isinstance(e, ast.Constant) and e.value is Ellipsis for e in lead)
+        ok = all(
+            isinstance(e, ast.Slice)
+            and e.lower is e.upper is e.step is None
+            or isinstance(e, ast.Constant)
+            and e.value is Ellipsis
+            for e in lead
+        )
         if ok and (dim == -1 or (len(lead) == 1 and isinstance(lead[0], ast.Slice))):
             return node.value
     inner = _method(node, {"unsqueeze"})
@@ -175,8 +223,13 @@ class _Canon(ast.NodeTransformer):
                 stores[n.id] = stores.get(n.id, 0) + 1
         self.aliases = {}
         for n in ast.walk(tree):
-            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
-                    and stores.get(n.targets[0].id) == 1 and n.targets[0].id not in self.imports:
+            if (
+                isinstance(n, ast.Assign)
+                and len(n.targets) == 1
+                and isinstance(n.targets[0], ast.Name)
+                and stores.get(n.targets[0].id) == 1
+                and n.targets[0].id not in self.imports
+            ):
                 op = self._ref_op(n.value)
                 if op:
                     self.aliases[n.targets[0].id] = op
@@ -235,12 +288,16 @@ class _Canon(ast.NodeTransformer):
         if op is None:
             return self._method_forms(node)
         kw = {k.arg: k.value for k in node.keywords}
-        if None in kw:                                      # **kwargs: nothing can be said
+        if None in kw:  # **kwargs: nothing can be said
             return node
         if op in ("cross_entropy", "linear_cross_entropy", "token_logprobs"):
-            kept = [k for k in node.keywords if k.arg not in EXECUTION_KWARGS
-                    and not (k.arg in CE_DEFAULTS and _lit(k.value) == CE_DEFAULTS[k.arg])
-                    and not (op == "token_logprobs" and k.arg == "temperature" and _lit(k.value) == 1)]
+            kept = [
+                k
+                for k in node.keywords
+                if k.arg not in EXECUTION_KWARGS
+                and not (k.arg in CE_DEFAULTS and _lit(k.value) == CE_DEFAULTS[k.arg])
+                and not (op == "token_logprobs" and k.arg == "temperature" and _lit(k.value) == 1)
+            ]
             args = list(node.args)
             if op == "linear_cross_entropy" and len(args) == 4 and _lit(args[3]) is None:
                 args = args[:3]
@@ -249,8 +306,12 @@ class _Canon(ast.NodeTransformer):
             if op == "linear_cross_entropy" and len(args) == 3:
                 logits = self._head(_peel(args[0], SHAPE_METHODS | {"float"}), args[1])
                 if logits is not None:
-                    return _op("cross_entropy", logits, _peel(args[2], TARGET_METHODS), keywords=sorted(
-                        kept, key=lambda k: k.arg))
+                    return _op(
+                        "cross_entropy",
+                        logits,
+                        _peel(args[2], TARGET_METHODS),
+                        keywords=sorted(kept, key=lambda k: k.arg),
+                    )
             return _op(op, *args, keywords=sorted(kept, key=lambda k: k.arg))
         if op in ("AdamW", "Adam"):
             return self._adam(node, op, kw)
@@ -269,9 +330,17 @@ class _Canon(ast.NodeTransformer):
             return None
         model = h.args[0]
         w = weight
-        ok = isinstance(w, ast.Attribute) and w.attr == "weight" and (
-            isinstance(w.value, ast.Attribute) and w.value.attr == "lm_head" and _same(w.value.value, model)
-            or _method(w.value, {"get_output_embeddings"}) is not None and _same(w.value.func.value, model))
+        ok = (
+            isinstance(w, ast.Attribute)
+            and w.attr == "weight"
+            and (
+                isinstance(w.value, ast.Attribute)
+                and w.value.attr == "lm_head"
+                and _same(w.value.value, model)
+                or _method(w.value, {"get_output_embeddings"}) is not None
+                and _same(w.value.func.value, model)
+            )
+        )
         if not ok:
             return None
         logits = _op("logits", model, h.args[1])
@@ -285,10 +354,12 @@ class _Canon(ast.NodeTransformer):
             return node
         vals.update(kw)
         for k in list(vals):
-            if k in EXECUTION_KWARGS or (k in ("amsgrad", "maximize", "decoupled_weight_decay") and _lit(vals[k]) is False):
+            if k in EXECUTION_KWARGS or (
+                k in ("amsgrad", "maximize", "decoupled_weight_decay") and _lit(vals[k]) is False
+            ):
                 del vals[k]
         if set(vals) - set(ADAMW_ARGS):
-            return node                                     # amsgrad, maximize, ...: no kernel twin
+            return node  # amsgrad, maximize, ...: no kernel twin
         if op == "Adam":
             # Adam without weight decay is AdamW without weight decay; with one it is L2, not AdamW
             if "weight_decay" in vals and _lit(vals["weight_decay"]) != 0:
@@ -322,14 +393,16 @@ class _Canon(ast.NodeTransformer):
             return inner.args[0]
         inner = _method(node, {"reshape", "view", "flatten"})
         if inner is not None and _op_name(inner) == "unsqueezed":
-            node.func.value = inner.args[0]                  # (N, 1) and (N,) reshape alike
+            node.func.value = inner.args[0]  # (N, 1) and (N,) reshape alike
         return node
 
 
 def _loss_input(value: ast.expr) -> bool:
     """Whether a temporary holds what a loss reads (logits, hidden states, log-probabilities)."""
-    return any(isinstance(n, ast.Attribute) and n.attr in LOSS_INPUTS
-               or isinstance(n, ast.Name) and n.id.startswith("op:") for n in ast.walk(value))
+    return any(
+        isinstance(n, ast.Attribute) and n.attr in LOSS_INPUTS or isinstance(n, ast.Name) and n.id.startswith("op:")
+        for n in ast.walk(value)
+    )
 
 
 LOSS_INPUTS = {"logits", "last_hidden_state", "transformer", "log_softmax"}
@@ -348,15 +421,22 @@ def _inline(tree: ast.AST) -> ast.AST:
         for holder in ast.walk(scope):
             for f in ("body", "orelse", "finalbody"):
                 body = getattr(holder, f, None)
-                if not isinstance(body, list) or (holder is not scope and isinstance(
-                        holder, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))):
+                if not isinstance(body, list) or (
+                    holder is not scope
+                    and isinstance(holder, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+                ):
                     continue
                 i = 0
                 while i + 1 < len(body):
                     a, b = body[i], body[i + 1]
-                    if isinstance(a, ast.Assign) and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name) \
-                            and counts.get(a.targets[0].id) == 2 and _loss_input(a.value) \
-                            and isinstance(b, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)):
+                    if (
+                        isinstance(a, ast.Assign)
+                        and len(a.targets) == 1
+                        and isinstance(a.targets[0], ast.Name)
+                        and counts.get(a.targets[0].id) == 2
+                        and _loss_input(a.value)
+                        and isinstance(b, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return))
+                    ):
                         v = a.targets[0].id
                         uses = [n for n in ast.walk(b) if isinstance(n, ast.Name) and n.id == v]
                         if len(uses) == 1 and isinstance(uses[0].ctx, ast.Load):

@@ -4,6 +4,7 @@ Reach(sources, entry_rel) is the graph of modules and top-level definitions reac
 entry script; entry_script reads the script from an entry command, python_sources collects a
 repo's Python files.
 """
+
 from __future__ import annotations
 
 import ast
@@ -22,17 +23,63 @@ from ai4ai.analysis.classify.syntax import COMPOUND_BODIES, dotted, header, is_d
 
 # decorators that wrap a function without registering it anywhere: a dead function under one
 # of these stays dead; under any other decorator it may be registered in a table, so it counts
-PURE_DECORATORS = frozenset({"staticmethod", "classmethod", "property", "setter", "getter", "deleter",
-                             "no_grad", "inference_mode", "enable_grad", "compile", "script", "jit",
-                             "lru_cache", "cache", "cached_property", "wraps", "dataclass", "contextmanager",
-                             "abstractmethod", "overload", "final", "total_ordering"})
+PURE_DECORATORS = frozenset(
+    {
+        "staticmethod",
+        "classmethod",
+        "property",
+        "setter",
+        "getter",
+        "deleter",
+        "no_grad",
+        "inference_mode",
+        "enable_grad",
+        "compile",
+        "script",
+        "jit",
+        "lru_cache",
+        "cache",
+        "cached_property",
+        "wraps",
+        "dataclass",
+        "contextmanager",
+        "abstractmethod",
+        "overload",
+        "final",
+        "total_ordering",
+    }
+)
 # calls whose target the trees cannot name when the argument is computed
-DYNAMIC_IMPORTS = frozenset({"import_module", "run_path", "run_module", "spec_from_file_location",
-                             "module_from_spec", "exec_module", "load_module", "load_source", "find_spec",
-                             "find_module", "reload", "__import__"})
+DYNAMIC_IMPORTS = frozenset(
+    {
+        "import_module",
+        "run_path",
+        "run_module",
+        "spec_from_file_location",
+        "module_from_spec",
+        "exec_module",
+        "load_module",
+        "load_source",
+        "find_spec",
+        "find_module",
+        "reload",
+        "__import__",
+    }
+)
 GIVE_UP_CALLS = frozenset({"eval", "exec", "compile", "__subclasses__"})
-GIVE_UP_MODULES = ("subprocess.", "os.system", "os.popen", "os.exec", "os.spawn", "pty.", "runpy.",
-                   "inspect.", "gc.", "sys._getframe", "multiprocessing.spawn")
+GIVE_UP_MODULES = (
+    "subprocess.",
+    "os.system",
+    "os.popen",
+    "os.exec",
+    "os.spawn",
+    "pty.",
+    "runpy.",
+    "inspect.",
+    "gc.",
+    "sys._getframe",
+    "multiprocessing.spawn",
+)
 # reflection that hands out a namespace (a frame's or a function's globals): anything may be read
 GIVE_UP_ATTRS = frozenset({"f_globals", "f_locals", "f_back", "tb_frame", "gi_frame", "__globals__", "__builtins__"})
 SKIP_DIRS = frozenset({"__pycache__", ".git"})
@@ -96,11 +143,12 @@ def _import_time_effects(node: ast.AST) -> bool:
     if any(not _is_pure_decorator(d) for d in node.decorator_list):
         return True
     if isinstance(node, ast.ClassDef):
-        if node.keywords:                                   # metaclass=...: runs at class creation
+        if node.keywords:  # metaclass=...: runs at class creation
             return True
-        for st in node.body:                                # class-level statements run at import
-            if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
-                    and any(isinstance(n, ast.Call) for n in ast.walk(st)):
+        for st in node.body:  # class-level statements run at import
+            if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
+                isinstance(n, ast.Call) for n in ast.walk(st)
+            ):
                 return True
         return False
     a = node.args
@@ -113,7 +161,7 @@ class Reach:
     def __init__(self, sources: dict, entry_rel: str):
         self.sources = sources
         self.rel_of = {_modname(r): r for r in sources}
-        self.rel_of["__main__"] = entry_rel                 # `import __main__` is the entry module
+        self.rel_of["__main__"] = entry_rel  # `import __main__` is the entry module
         self.trees, self.unparsed = {}, set()
         for rel, text in sources.items():
             try:
@@ -122,14 +170,17 @@ class Reach:
                 self.unparsed.add(rel)
         self.defs = {rel: _top_defs(t.body, {}) for rel, t in self.trees.items()}
         self.binds = {rel: self._bindings(rel, t) for rel, t in self.trees.items()}
-        self.modules, self.reached, self.whole = set(), set(), set()   # whole: every def of it counts
+        self.modules, self.reached, self.whole = set(), set(), set()  # whole: every def of it counts
         self.names_by_string = set()
         self.everything = False
-        self.subclass_hooks = any(isinstance(n, ast.FunctionDef) and n.name == "__init_subclass__"
-                                  for t in self.trees.values() for n in ast.walk(t))
+        self.subclass_hooks = any(
+            isinstance(n, ast.FunctionDef) and n.name == "__init_subclass__"
+            for t in self.trees.values()
+            for n in ast.walk(t)
+        )
         self._todo = []
         self.module(entry_rel)
-        for rel in sources:                                 # imported by site at start-up, if on the path
+        for rel in sources:  # imported by site at start-up, if on the path
             if rel.rsplit("/", 1)[-1] in ("sitecustomize.py", "usercustomize.py"):
                 self.whole_module(rel)
         while self._todo:
@@ -157,7 +208,7 @@ class Reach:
         pkg = _modname(rel).split(".") if rel.endswith("__init__.py") else _modname(rel).split(".")[:-1]
         if level - 1 > len(pkg):
             return None
-        base = pkg[:len(pkg) - (level - 1)]
+        base = pkg[: len(pkg) - (level - 1)]
         return ".".join(base + ([module] if module else [])) or None
 
     def _bindings(self, rel: str, tree: ast.Module) -> dict:
@@ -183,9 +234,9 @@ class Reach:
         self.modules.add(rel)
         name = _modname(rel)
         parent = name.rsplit(".", 1)[0] if "." in name else None
-        if parent:                                          # importing a.b runs a/__init__.py first
+        if parent:  # importing a.b runs a/__init__.py first
             self.module(self.rel_of.get(parent))
-        if rel in self.unparsed:                            # nothing can be read of it: all of it counts
+        if rel in self.unparsed:  # nothing can be read of it: all of it counts
             self.whole.add(rel)
             return
         self._todo.append(lambda: self._module_code(rel))
@@ -197,8 +248,11 @@ class Reach:
                 self.define(rel, name)
         for name, node in self.defs[rel].items():
             # a module's __getattr__ / __dir__ run on attribute access without being named
-            if _import_time_effects(node) or name in ("__getattr__", "__dir__") \
-                    or (self.subclass_hooks and isinstance(node, ast.ClassDef) and node.bases):
+            if (
+                _import_time_effects(node)
+                or name in ("__getattr__", "__dir__")
+                or (self.subclass_hooks and isinstance(node, ast.ClassDef) and node.bases)
+            ):
                 self.define(rel, name)
         for st in tree.body:
             self._walk_import_time(rel, st)
@@ -218,7 +272,7 @@ class Reach:
             self._walk(rel, [head])
             for f in COMPOUND_BODIES:
                 for sub in getattr(st, f, None) or []:
-                    for s in (sub.body if isinstance(sub, (ast.ExceptHandler, ast.match_case)) else [sub]):
+                    for s in sub.body if isinstance(sub, (ast.ExceptHandler, ast.match_case)) else [sub]:
                         self._walk_import_time(rel, s)
         else:
             self._walk(rel, [st])
@@ -251,7 +305,7 @@ class Reach:
             self.define(rel, name)
         b = self.binds.get(rel, {}).get(name)
         if b and b[0] == "module":
-            self.whole_module(self.rel_of.get(b[1]))        # the module passed around as a value
+            self.whole_module(self.rel_of.get(b[1]))  # the module passed around as a value
         elif b:
             src = self.rel_of.get(b[1])
             if src:
@@ -273,7 +327,7 @@ class Reach:
             if src:
                 self.name(src, attr)
             return
-        self.whole_module(self.rel_of.get(mod))             # the chain ends at a module: it escapes
+        self.whole_module(self.rel_of.get(mod))  # the chain ends at a module: it escapes
 
     def _string(self, s: str) -> None:
         """A string naming a repo module (dotted, or as a path to a .py file) may be imported or run."""
@@ -284,8 +338,9 @@ class Reach:
                 self.whole_module(r)
 
     def _walk(self, rel: str, nodes: list) -> None:
-        docstrings = {id(n.value) for root in nodes for n in ast.walk(root) if isinstance(n, ast.stmt)
-                      and is_docstring(n)}             # bare strings name nothing that runs
+        docstrings = {
+            id(n.value) for root in nodes for n in ast.walk(root) if isinstance(n, ast.stmt) and is_docstring(n)
+        }  # bare strings name nothing that runs
         chained = set()
         for root in nodes:
             for n in ast.walk(root):
@@ -313,11 +368,11 @@ class Reach:
                         chained.add(id(v))
                         self.chain(rel, [v.id] + parts[::-1])
                         if [v.id] + parts[::-1][:1] == ["sys", "modules"]:
-                            self.give_up()                  # modules looked up by a computed name
+                            self.give_up()  # modules looked up by a computed name
                     if n.attr in GIVE_UP_ATTRS:
                         self.give_up()
                     if n.attr == "__dict__" and isinstance(v, ast.Name):
-                        self.name(rel, v.id)                # a module's namespace read as a dict
+                        self.name(rel, v.id)  # a module's namespace read as a dict
                 elif isinstance(n, ast.Name) and id(n) not in chained:
                     self.name(rel, n.id)
                     if n.id in ("globals", "vars", "locals"):
@@ -336,13 +391,16 @@ class Reach:
         elif last in DYNAMIC_IMPORTS:
             if not literal:
                 self.give_up()
-            for a in n.args:                                # import_module("algorithm.foo") or ("foo")
+            for a in n.args:  # import_module("algorithm.foo") or ("foo")
                 if isinstance(a, ast.Constant) and isinstance(a.value, str):
                     self.whole_module(self.rel_of.get(a.value.lstrip(".")))
         elif fname.startswith(GIVE_UP_MODULES) or fname in ("sys.modules", "os.system", "os.popen"):
             self.give_up()
-        elif isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr", "setattr", "delattr") \
-                and len(n.args) >= 2:
+        elif (
+            isinstance(n.func, ast.Name)
+            and n.func.id in ("getattr", "hasattr", "setattr", "delattr")
+            and len(n.args) >= 2
+        ):
             key = n.args[1]
             if isinstance(key, ast.Constant) and isinstance(key.value, str):
                 # any definition of that name anywhere may be what the object's attribute is
@@ -355,5 +413,6 @@ class Reach:
                 target = dotted(n.args[0]) or ""
                 b = self.binds.get(rel, {}).get(target.split(".")[0])
                 if b and b[0] == "module":
-                    self.whole_module(self.rel_of.get(b[1] if "." not in target else
-                                                      b[1] + target[len(target.split(".")[0]):]))
+                    self.whole_module(
+                        self.rel_of.get(b[1] if "." not in target else b[1] + target[len(target.split(".")[0]) :])
+                    )

@@ -5,6 +5,7 @@ dump with and without literals (rule 2, _Mask) and the top-level definition it b
 reachability); canonical=True reads kernels as their torch twins first (kernels.canonical_form).
 learning_terms(stmt) names the learning terms a statement touches (rule 4, LEARNING_TERMS).
 """
+
 from __future__ import annotations
 
 import ast
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 from ai4ai.analysis.classify.kernels import canonical_form, is_kernel_import
 from ai4ai.analysis.classify.syntax import COMPOUND_BODIES, dotted, dump, header, is_docstring
 
-LEARNING_TERMS = frozenset("""
+LEARNING_TERMS = frozenset(
+    """
     loss losses objective criterion nll entropy crossentropy kl divergence logits logprobs logprob softmax
     backward grad grads gradient gradients clip
     lr lrs learning rate optimizer optimizers optim adam adamw sgd lion muon sophia shampoo lamb
@@ -23,7 +25,8 @@ LEARNING_TERMS = frozenset("""
     label labels target targets reward rewards advantage advantages baseline penalty regularization
     smoothing temperature ema swa averaging
     perm randperm shuffle sampler sampling multinomial curriculum weighting weighted
-""".split())
+""".split()
+)
 # identifiers that contain a learning term but change no number of the training
 NOT_LEARNING = frozenset({"no_grad", "enable_grad", "inference_mode", "gradscaler", "grad_scaler", "set_to_none"})
 LOG_CALLS = frozenset({"print", "info", "debug", "warning", "warn", "log", "write", "flush", "set_postfix"})
@@ -31,16 +34,17 @@ LOG_CALLS = frozenset({"print", "info", "debug", "warning", "warn", "log", "writ
 
 @dataclass(frozen=True)
 class _Stmt:
-    scope: tuple            # enclosing def/class names and class bases
-    masked: str             # dump with literals masked
-    exact: str              # dump with literals
+    scope: tuple  # enclosing def/class names and class bases
+    masked: str  # dump with literals masked
+    exact: str  # dump with literals
     lineno: int
     text: str
     node: ast.AST
-    owner: str | None = None   # the top-level def/class it belongs to (None: module-level code)
+    owner: str | None = None  # the top-level def/class it belongs to (None: module-level code)
 
 
 # --------------------------------------------------------------------------- literals
+
 
 def _const_expr(node: ast.AST, consts: frozenset) -> bool:
     if isinstance(node, ast.Constant):
@@ -62,8 +66,12 @@ def module_constants(tree: ast.Module) -> frozenset:
     for st in tree.body:
         if isinstance(st, ast.Assign) and _const_expr(st.value, frozenset()):
             out |= {t.id for t in st.targets if isinstance(t, ast.Name)}
-        elif isinstance(st, ast.AnnAssign) and st.value is not None and isinstance(st.target, ast.Name) \
-                and _const_expr(st.value, frozenset()):
+        elif (
+            isinstance(st, ast.AnnAssign)
+            and st.value is not None
+            and isinstance(st.target, ast.Name)
+            and _const_expr(st.value, frozenset())
+        ):
             out.add(st.target.id)
     return frozenset(out)
 
@@ -76,7 +84,7 @@ class _Mask(ast.NodeTransformer):
 
     def visit_Subscript(self, node):
         node.value = self.visit(node.value)
-        return node                     # group["lr"] vs group["peak_lr"] is structure, not a value
+        return node  # group["lr"] vs group["peak_lr"] is structure, not a value
 
     def visit_Dict(self, node):
         node.values = [self.visit(v) for v in node.values]
@@ -89,6 +97,7 @@ class _Mask(ast.NodeTransformer):
 
 
 # --------------------------------------------------------------------------- statements
+
 
 def statements(source: str, keep=None, canonical: bool = False) -> tuple[list[_Stmt], dict]:
     """The file's statements (rule 1 of the package docstring) and its module-level constants' values.
@@ -108,8 +117,12 @@ def statements(source: str, keep=None, canonical: bool = False) -> tuple[list[_S
         for st in body:
             if is_docstring(st):
                 continue
-            if top and isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None \
-                    and _const_expr(st.value, frozenset()):
+            if (
+                top
+                and isinstance(st, (ast.Assign, ast.AnnAssign))
+                and st.value is not None
+                and _const_expr(st.value, frozenset())
+            ):
                 targets = st.targets if isinstance(st, ast.Assign) else [st.target]
                 if keep(None):
                     for t in targets:
@@ -143,6 +156,7 @@ def statements(source: str, keep=None, canonical: bool = False) -> tuple[list[_S
 
 
 # --------------------------------------------------------------------------- terms
+
 
 def _tokens(name: str) -> set[str]:
     parts = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()

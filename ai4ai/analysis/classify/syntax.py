@@ -3,6 +3,7 @@
 A compound statement (`def`, `for`, `with`, ...) is read as its header, its body being statements
 of its own; docstrings and bare strings name nothing and change nothing.
 """
+
 from __future__ import annotations
 
 import ast

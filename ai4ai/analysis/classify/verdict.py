@@ -4,6 +4,7 @@ classify_python compares a file's statements before and after (rules 1-4), class
 every file of a patch (rule 5 for non-Python files), classify_patch applies a patch and reads it
 with the reachability of the task's entry point.
 """
+
 from __future__ import annotations
 
 import ast
@@ -42,10 +43,18 @@ class _FileVerdict:
 
 
 def _kernel_note(old: str | None, new: str | None) -> str:
-    uses = any(is_kernel_import(st) for text in (old, new) if text for st in ast.walk(ast.parse(text))
-               if isinstance(st, ast.stmt))
-    return "a kernel from ai4ai_kernels replaces the torch op it computes" if uses \
+    uses = any(
+        is_kernel_import(st)
+        for text in (old, new)
+        if text
+        for st in ast.walk(ast.parse(text))
+        if isinstance(st, ast.stmt)
+    )
+    return (
+        "a kernel from ai4ai_kernels replaces the torch op it computes"
+        if uses
         else "rewritten into an equal form of the same computation"
+    )
 
 
 def _shape(stmts: list) -> list:
@@ -58,8 +67,9 @@ def _literal_changes(rel: str, old: list, new: list) -> list[str]:
     return [f"{rel}:{b.lineno}: {a.text} -> {b.text}" for a, b in zip(old, new) if a.exact != b.exact]
 
 
-def classify_python(rel: str, old: str | None, new: str | None, keep_old=None, keep_new=None,
-                    kernels: bool = True) -> _FileVerdict:
+def classify_python(
+    rel: str, old: str | None, new: str | None, keep_old=None, keep_new=None, kernels: bool = True
+) -> _FileVerdict:
     """One file's verdict; keep_old / keep_new(owner) say which code of each version runs;
     kernels=False reads no kernel as its torch twin (rule 3 off)."""
     try:
@@ -76,8 +86,10 @@ def classify_python(rel: str, old: str | None, new: str | None, keep_old=None, k
         literal_notes += _literal_changes(rel, old_st, new_st)
         if literal_notes:
             return _FileVerdict("hyperparameters", literal_notes)
-        return _FileVerdict("none", [f"{rel}: only comments or docstrings changed, or code that nothing "
-                                     "reachable from the entry point runs"])
+        return _FileVerdict(
+            "none",
+            [f"{rel}: only comments or docstrings changed, or code that nothing reachable from the entry point runs"],
+        )
     old_c = statements(old, keep_old, canonical=kernels)[0] if old is not None else []
     new_c = statements(new, keep_new, canonical=kernels)[0] if new is not None else []
     canon_old, canon_new = _shape(old_c), _shape(new_c)
@@ -92,9 +104,11 @@ def classify_python(rel: str, old: str | None, new: str | None, keep_old=None, k
     learning = [(op, s, learning_terms(s)) for op, s in changed]
     learning = [x for x in learning if x[2]]
     if learning:
-        notes = [f"{rel}:{s.lineno} {op} `{s.text[:70]}` ({', '.join(sorted(t)[:3])})"
-                 + (f" in {'.'.join(x for x in s.scope if x)}" if s.scope else "")
-                 for op, s, t in learning[:MAX_EVIDENCE]]
+        notes = [
+            f"{rel}:{s.lineno} {op} `{s.text[:70]}` ({', '.join(sorted(t)[:3])})"
+            + (f" in {'.'.join(x for x in s.scope if x)}" if s.scope else "")
+            for op, s, t in learning[:MAX_EVIDENCE]
+        ]
         return _FileVerdict("algorithm", notes)
     added_first = sorted(changed, key=lambda x: x[0] != "+")
     notes = [f"{rel}:{s.lineno} {op} `{s.text[:70]}`" for op, s in added_first[:MAX_EVIDENCE]]
@@ -129,21 +143,32 @@ def classify_files(files: dict, reach: tuple | None = None) -> Classification:
             if rel in (r_old.unparsed if old is not None else set()) | (r_new.unparsed if new is not None else set()):
                 verdicts.append(_FileVerdict("algorithm", [f"{rel}: does not parse; counted as algorithm"]))
                 continue
-            verdicts.append(classify_python(rel, old, new, lambda o, rel=rel, r_old=r_old: r_old.keeps(rel, o),
-                                            lambda o, rel=rel, r_new=r_new: r_new.keeps(rel, o), kernels))
+            verdicts.append(
+                classify_python(
+                    rel,
+                    old,
+                    new,
+                    lambda o, rel=rel, r_old=r_old: r_old.keeps(rel, o),
+                    lambda o, rel=rel, r_new=r_new: r_new.keeps(rel, o),
+                    kernels,
+                )
+            )
         elif rel.endswith(CONFIG_SUFFIXES):
             verdicts.append(_FileVerdict("hyperparameters", [f"{rel}: config file changed"]))
         elif rel.endswith(DOC_SUFFIXES):
             verdicts.append(_FileVerdict("none", [f"{rel}: documentation only"]))
         else:
-            verdicts.append(_FileVerdict("algorithm", [f"{rel}: not Python; code this classifier cannot read "
-                                                       "counts as algorithm"]))
+            verdicts.append(
+                _FileVerdict("algorithm", [f"{rel}: not Python; code this classifier cannot read counts as algorithm"])
+            )
     label = max((v.label for v in verdicts), key=_RANK.__getitem__)
     evidence = tuple(n for v in verdicts if v.label == label for n in v.notes)
-    why = {"algorithm": "changes a learning statement",
-           "engineering": "changes code, but no changed statement touches a learning term",
-           "hyperparameters": "only literals or config values changed",
-           "none": "no change to code that training runs"}[label]
+    why = {
+        "algorithm": "changes a learning statement",
+        "engineering": "changes code, but no changed statement touches a learning term",
+        "hyperparameters": "only literals or config values changed",
+        "none": "no change to code that training runs",
+    }[label]
     return Classification(label, f"{why}: {evidence[0]}" if evidence else why, evidence)
 
 
@@ -152,8 +177,7 @@ def patch_files(patch_text: str, base_dir: Path) -> dict:
     out = {}
     for change in apply_patch(patch_text, base_dir):
         if change.problem:
-            raise PatchFormatError(f"{change.path}: not in {base_dir}" if change.problem == MISSING
-                                   else change.problem)
+            raise PatchFormatError(f"{change.path}: not in {base_dir}" if change.problem == MISSING else change.problem)
         out[change.path] = (change.old, change.new)
     return out
 
@@ -189,12 +213,13 @@ def reachability(files: dict, base_dir: Path, entry: str | None) -> tuple | None
             else:
                 new_src[rel] = new
     if script not in old_src and script not in new_src:
-        return None                                         # not a file of the repo: count everything
+        return None  # not a file of the repo: count everything
     return Reach(old_src, script), Reach(new_src, script)
 
 
-def classify_patch(patch_text: str | None, base_dir: Path, entry: str | None = None,
-                   task: str | None = None) -> Classification:
+def classify_patch(
+    patch_text: str | None, base_dir: Path, entry: str | None = None, task: str | None = None
+) -> Classification:
     """The patch's class against base_dir. entry: the training command (default: the task's, named
     by `task` or found by base_dir); where none is known, every statement counts."""
     if patch_text is None:
