@@ -8,8 +8,9 @@ from ai4ai import PROJECT_ROOT
 from ai4ai.agents import kinds
 from ai4ai.core.provenance import benchmark_version, task_version
 from ai4ai.core.task import TaskError, list_tasks, load_task
-from ai4ai.grading import anchors as anchor_store
+from ai4ai.grading import records
 from ai4ai.repo import models as own_models
+from ai4ai.repo import registry
 
 
 def _comment(path) -> str:
@@ -24,7 +25,7 @@ def own_model_lines(task, recs: list) -> list[str]:
     if task.name not in own_models.OWN_MODEL_TASKS:
         return []
     out = []
-    for version, e in own_models.registered(task).items():
+    for version, e in registry.registered(task).items():
         cal = sorted(
             {f"{r['key']['scale']}@{r['key']['device_class']}" for r in recs if r["key"].get("task_version") == version}
         )
@@ -47,8 +48,8 @@ def main() -> None:
             print(f"  {name:16s} BROKEN: {e}")
             continue
         recs = (
-            (yaml.safe_load(anchor_store.anchors_path(t.grader).read_text()) or {}).get("records", [])
-            if anchor_store.anchors_path(t.grader).exists()
+            (yaml.safe_load(records.anchors_path(t.grader).read_text()) or {}).get("records", [])
+            if records.anchors_path(t.grader).exists()
             else []
         )
         cal = sorted(

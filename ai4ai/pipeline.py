@@ -25,7 +25,7 @@ from ai4ai.core.provenance import UNVERSIONED, tree_sha256, versions
 from ai4ai.core.scoring import Scored, score_seeds
 from ai4ai.core.trajectory import EMPTY_SUMMARY
 from ai4ai.core.trajectory import summary as trajectory_summary
-from ai4ai.grading import anchors
+from ai4ai.grading import anchors, records
 from ai4ai.grading.context import NETWORK_MODES, RunContext, UsageError, context
 from ai4ai.grading.plan import plan_lines
 from ai4ai.grading.seeds import grade_seeds
@@ -161,7 +161,7 @@ def prepare_workspace(ctx: RunContext) -> tuple[Path, Path]:
 
 
 def run_agent(
-    ctx: RunContext, cell: Cell, mod, record_: anchors.Record, pristine: Path, ws: Path
+    ctx: RunContext, cell: Cell, mod, record_: records.Record, pristine: Path, ws: Path
 ) -> tuple[AgentOutcome, ProxyServer]:
     """Step 5: the agent's window, in its sandbox, with the proxy channel open."""
     rd = RunDir(ctx.run_dir)
@@ -249,7 +249,7 @@ def grade_and_record(
     ctx: RunContext,
     cell: Cell,
     sub: Submission,
-    record_: anchors.Record,
+    record_: records.Record,
     timing: dict,
     cost: dict | None,
     seeds: list[int] | None = None,
@@ -301,7 +301,7 @@ class Graded:
     started_at: str | None = None  # this grading's start, when no agent phase started the run
 
 
-def finish(ctx: RunContext, cell: Cell, record_: anchors.Record | None, g: Graded) -> dict:
+def finish(ctx: RunContext, cell: Cell, record_: records.Record | None, g: Graded) -> dict:
     """result.json and the results database row, and the run's final line. The run's start is the
     agent phase's when there was one (agent_outcome.json), else this grading's."""
     rd = RunDir(ctx.run_dir)
@@ -391,7 +391,7 @@ def grade(cfg: DictConfig, run_dir: Path) -> dict | None:
 
 def describe_plan(ctx: RunContext, cfg: DictConfig, window_s: float | None) -> None:
     b = ctx.task.scale(ctx.scale)
-    rec = anchors.find(ctx.task.grader, ctx.key)
+    rec = records.find(ctx.task.grader, ctx.key)
     print(
         f"task        {ctx.task.name} ({ctx.task.family}){'  [task config overridden]' if ctx.task_overridden else ''}"
     )

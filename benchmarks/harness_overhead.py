@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from ai4ai.core.provenance import device_class, task_version, torch_minor  # noqa: E402
 from ai4ai.core.task import load_task  # noqa: E402
-from ai4ai.grading import anchors as anchor_store  # noqa: E402
+from ai4ai.grading import records  # noqa: E402
 from ai4ai.grading.context import Key  # noqa: E402
 
 DIRECT_EVAL = """
@@ -108,7 +108,7 @@ def main() -> None:
     b = task.scale(args.scale)
     threads = min(b.threads, os.cpu_count() or b.threads)
     key = Key("optimizer", args.scale, task_version(task), device_class("cpu", threads), torch_minor())
-    if anchor_store.find(task.grader, key) is None:
+    if records.find(task.grader, key) is None:
         sys.exit(f"no anchors for {args.scale}: run python -m ai4ai.calibrate task=optimizer scale={args.scale} first")
     seeds = list(b.grader_seeds)
     print(f"scale {args.scale}, grader seeds {seeds}, {threads} threads")

@@ -116,7 +116,7 @@ class FakeAPI:
 
     def totals(self, prices: dict) -> tuple[dict, float]:
         """(tokens by kind, usd): what this API reported, in the gateway's terms, priced from `prices`."""
-        from ai4ai.window.gateway import TOKEN_KEYS, cost_usd, normalize_usage, price_for
+        from ai4ai.window.usage import TOKEN_KEYS, cost_usd, normalize_usage, price_for
 
         tot, usd = dict.fromkeys(TOKEN_KEYS, 0), 0.0
         for r in self.reported:

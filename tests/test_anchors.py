@@ -1,4 +1,4 @@
-"""anchors.store: under concurrent writers (calibrations of different scales or device classes for one
+"""records.store: under concurrent writers (calibrations of different scales or device classes for one
 task may finish at the same moment, and none of their records may be lost), and the records that stay
 current (a store removes the records, detail files and registry entries no current version can use)."""
 
@@ -9,8 +9,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ai4ai.grading import anchors
-from ai4ai.repo import models
+from ai4ai.grading import records
+from ai4ai.repo import registry
 
 WRITERS, ROUNDS = 4, 15
 
@@ -29,7 +29,7 @@ def _key(writer: int, round_: int, version: str = "v1") -> dict:
 def _writer(grader_dir, writer, start):
     start.wait()
     for r in range(ROUNDS):
-        anchors.store(grader_dir, {"key": _key(writer, r), "anchors": {"no_info": 0.0, "baseline": 0.5, "best": 1.0}})
+        records.store(grader_dir, {"key": _key(writer, r), "anchors": {"no_info": 0.0, "baseline": 0.5, "best": 1.0}})
 
 
 def test_concurrent_writers_lose_no_record(tmp_path):
@@ -42,7 +42,7 @@ def test_concurrent_writers_lose_no_record(tmp_path):
     start.set()
     for p in procs:
         p.join(timeout=120)
-    stored = {tuple(r["key"].values()) for r in anchors._records(anchors.anchors_path(tmp_path))}
+    stored = {tuple(r["key"].values()) for r in records._records(records.anchors_path(tmp_path))}
     expected = {tuple(_key(w, r).values()) for w in range(WRITERS) for r in range(ROUNDS)}
     exits = [p.exitcode for p in procs]
     # two writers inside the lock at once show as lost records, or as one writer's temp file
@@ -54,9 +54,9 @@ def test_concurrent_writers_lose_no_record(tmp_path):
 
 
 def test_store_replaces_the_record_with_the_same_key(tmp_path):
-    anchors.store(tmp_path, {"key": _key(0, 0), "anchors": {"no_info": 0.0, "baseline": 0.5, "best": 1.0}})
-    anchors.store(tmp_path, {"key": _key(0, 0), "anchors": {"no_info": 0.0, "baseline": 0.6, "best": 1.0}})
-    recs = anchors._records(anchors.anchors_path(tmp_path))
+    records.store(tmp_path, {"key": _key(0, 0), "anchors": {"no_info": 0.0, "baseline": 0.5, "best": 1.0}})
+    records.store(tmp_path, {"key": _key(0, 0), "anchors": {"no_info": 0.0, "baseline": 0.6, "best": 1.0}})
+    recs = records._records(records.anchors_path(tmp_path))
     assert [r["anchors"]["baseline"] for r in recs] == [0.6]
 
 
@@ -68,7 +68,7 @@ def test_another_class_record_of_the_same_cpu_model_comes_first(tmp_path):
 
     base = {"task": "optimizer", "scale": "smoke", "task_version": "v1", "torch": "2.13"}
     for cls, baseline in (("cpu:AMD EPYC:1", 0.61), ("cpu:Intel(R) Xeon(R) Processor:1", 0.62), ("cpu:Zeta:1", 0.63)):
-        anchors.store(
+        records.store(
             tmp_path,
             {
                 "key": {**base, "device_class": cls},
@@ -77,13 +77,13 @@ def test_another_class_record_of_the_same_cpu_model_comes_first(tmp_path):
                 "train_wall_s": {"max": 1.0},
             },
         )
-    rec = anchors.find(tmp_path, Key(**base, device_class="cpu:AMD EPYC:AVX512:1"))
+    rec = records.find(tmp_path, Key(**base, device_class="cpu:AMD EPYC:AVX512:1"))
     assert rec.match == "metered-cpu" and rec.key.device_class == "cpu:AMD EPYC:1" and rec.anchors.baseline == 0.61
-    other = anchors.find(tmp_path, Key(**base, device_class="cpu:Other:AVX2:1"))
+    other = records.find(tmp_path, Key(**base, device_class="cpu:Other:AVX2:1"))
     assert other.match == "metered-cpu"
-    intel = anchors.find(tmp_path, Key(**base, device_class="cpu:Intel(R) Xeon(R) Processor:AVX512:1"))
+    intel = records.find(tmp_path, Key(**base, device_class="cpu:Intel(R) Xeon(R) Processor:AVX512:1"))
     assert intel.key.device_class == "cpu:Intel(R) Xeon(R) Processor:1" and intel.anchors.baseline == 0.62
-    assert anchors.find(tmp_path, Key(**base, device_class="cpu:AMD EPYC:AVX512:2")) is None  # threads differ
+    assert records.find(tmp_path, Key(**base, device_class="cpu:AMD EPYC:AVX512:2")) is None  # threads differ
 
 
 # --------------------------------------------------------------------------- records that stay current
@@ -104,15 +104,15 @@ def _rec(task="optimizer", scale="ci", version="v1", device="cpu:A:1", torch="2.
 def _seed(grader, recs, details=()):
     """Write `recs` as anchors.yaml and one detail file per record of `details` (indices), by hand."""
     grader.mkdir(parents=True, exist_ok=True)
-    anchors.anchors_path(grader).write_text(yaml.safe_dump({"records": recs}, sort_keys=False))
+    records.anchors_path(grader).write_text(yaml.safe_dump({"records": recs}, sort_keys=False))
     for i in details:
-        p = anchors.detail_path(grader, recs[i]["key"])
+        p = records.detail_path(grader, recs[i]["key"])
         p.parent.mkdir(exist_ok=True)
         p.write_text(json.dumps({**recs[i], "per_seed": []}))
 
 
 def _keys(grader) -> list:
-    return [r["key"] for r in anchors._records(anchors.anchors_path(grader))]
+    return [r["key"] for r in records._records(records.anchors_path(grader))]
 
 
 def test_a_store_removes_the_stale_records_of_its_task_and_scale_and_leaves_the_rest(tmp_path):
@@ -132,7 +132,7 @@ def test_a_store_removes_the_stale_records_of_its_task_and_scale_and_leaves_the_
     stray = g / "calibration" / "notes.json"
     stray.write_text("[1, 2]")  # no detail file: left
     new = _rec(version="v1", device="cpu:A:1", at="t9")
-    anchors.store(g, new, detail={"per_seed": [1]})
+    records.store(g, new, detail={"per_seed": [1]})
     kept = _keys(g)
     assert kept == [
         r["key"]
@@ -143,11 +143,11 @@ def test_a_store_removes_the_stale_records_of_its_task_and_scale_and_leaves_the_
     ]
     files = sorted(f.name for f in (g / "calibration").iterdir())
     want = sorted(
-        [anchors.detail_path(g, recs[i]["key"]).name for i in (2, 3, 4, 5, 7)]
-        + [anchors.detail_path(g, rekeyed["key"]).name, anchors.detail_path(g, new["key"]).name, "notes.json"]
+        [records.detail_path(g, recs[i]["key"]).name for i in (2, 3, 4, 5, 7)]
+        + [records.detail_path(g, rekeyed["key"]).name, records.detail_path(g, new["key"]).name, "notes.json"]
     )
     assert files == want
-    assert json.loads(anchors.detail_path(g, new["key"]).read_text())["per_seed"] == [1]
+    assert json.loads(records.detail_path(g, new["key"]).read_text())["per_seed"] == [1]
 
 
 def test_a_brought_models_record_defines_the_current_base_too(tmp_path):
@@ -162,7 +162,7 @@ def test_a_brought_models_record_defines_the_current_base_too(tmp_path):
             _rec(version="mB", base="v2", device="cpu:C:1"),
         ],
     )
-    anchors.store(g, _rec(version="mC", base="v2"))
+    records.store(g, _rec(version="mC", base="v2"))
     assert sorted(k["task_version"] for k in _keys(g)) == ["mB", "mC"]
 
 
@@ -172,14 +172,14 @@ def test_store_without_pruning_and_a_record_of_an_unknown_model(tmp_path):
     that is not of the current version may be its model's: it stays; once the entry is gone, it goes."""
     g = tmp_path / "g"
     _seed(g, [_rec(version="v0"), _rec(version="old-model", device="cpu:B:1")])
-    anchors.store(g, _rec(version="v1", device="cpu:C:1"), prune=False)
+    records.store(g, _rec(version="v1", device="cpu:C:1"), prune=False)
     assert len(_keys(g)) == 3
-    (g / models.REGISTRY).write_text(yaml.safe_dump({"models": [{"task_version": "x", "frozen_repo": "f"}]}))
-    anchors.store(g, _rec(version="v1", device="cpu:D:1"))
-    assert len(_keys(g)) == 4 and len(models.entries(g)) == 1
-    res = anchors.prune(g, "optimizer", {"ci": "v1"}, frozen="another repo")  # the tool knows the repo
+    (g / registry.REGISTRY).write_text(yaml.safe_dump({"models": [{"task_version": "x", "frozen_repo": "f"}]}))
+    records.store(g, _rec(version="v1", device="cpu:D:1"))
+    assert len(_keys(g)) == 4 and len(registry.entries(g)) == 1
+    res = records.prune(g, "optimizer", {"ci": "v1"}, frozen="another repo")  # the tool knows the repo
     assert res.models == [{"task_version": "x", "frozen_repo": "f"}]
-    assert sorted(k["task_version"] for k in _keys(g)) == ["v1", "v1"] and models.entries(g) == []
+    assert sorted(k["task_version"] for k in _keys(g)) == ["v1", "v1"] and registry.entries(g) == []
 
 
 def test_a_store_prunes_the_registry_entries_it_shows_stale(tmp_path):
@@ -190,12 +190,12 @@ def test_a_store_prunes_the_registry_entries_it_shows_stale(tmp_path):
         {"task_version": "b", "base_version": "w1", "base_versions": {"ci": "v1", "smoke": "s0"}},
         {"task_version": "c", "frozen_repo": "f"},
     ]
-    (g / models.REGISTRY).write_text(yaml.safe_dump({"models": entries}))
-    anchors.store(g, _rec(version="v1"))
-    assert [e["task_version"] for e in models.entries(g)] == ["b", "c"]
+    (g / registry.REGISTRY).write_text(yaml.safe_dump({"models": entries}))
+    records.store(g, _rec(version="v1"))
+    assert [e["task_version"] for e in registry.entries(g)] == ["b", "c"]
     # the tool, which knows the scale-less version and the repo: only what is current for it stays
-    res = anchors.prune(g, "optimizer", {"ci": "v1", "smoke": "s1"}, whole="w2", frozen="f", dry_run=True)
-    assert [e["task_version"] for e in res.models] == ["b"] and len(models.entries(g)) == 2  # dry: kept
+    res = records.prune(g, "optimizer", {"ci": "v1", "smoke": "s1"}, whole="w2", frozen="f", dry_run=True)
+    assert [e["task_version"] for e in res.models] == ["b"] and len(registry.entries(g)) == 2  # dry: kept
 
 
 def test_prune_drops_a_scale_the_task_no_longer_has_and_dry_run_changes_nothing(tmp_path):
@@ -210,22 +210,22 @@ def test_prune_drops_a_scale_the_task_no_longer_has_and_dry_run_changes_nothing(
         details=[0, 1, 2],
     )
     before = {p: p.read_bytes() for p in g.rglob("*") if p.is_file()}
-    res = anchors.prune(g, "optimizer", {"ci": "v1", "tiny": None}, dry_run=True)
+    res = records.prune(g, "optimizer", {"ci": "v1", "tiny": None}, dry_run=True)
     assert sorted(k["task_version"] for k in res.records) == ["t0", "v0"] and len(res.details) == 2
     assert {p: p.read_bytes() for p in g.rglob("*") if p.is_file() and p.suffix != ".lock"} == before
-    anchors.prune(g, "optimizer", {"ci": "v1", "tiny": None})
+    records.prune(g, "optimizer", {"ci": "v1", "tiny": None})
     assert [k["task_version"] for k in _keys(g)] == ["v1"]
-    assert [f.name for f in (g / "calibration").iterdir()] == [anchors.detail_path(g, _rec()["key"]).name]
+    assert [f.name for f in (g / "calibration").iterdir()] == [records.detail_path(g, _rec()["key"]).name]
     # a detail file of a stale version whose calibration a kept record has (re-keyed since) stays
     _seed(g, [_rec(version="v2", at="t2")], details=[0])
-    anchors.prune(g, "optimizer", {"ci": "v2"})
+    records.prune(g, "optimizer", {"ci": "v2"})
     assert len(list((g / "calibration").iterdir())) == 2
 
 
 def _current_writer(grader_dir, writer, start):
     start.wait()
     for r in range(ROUNDS):
-        anchors.store(grader_dir, {"key": _key(writer, r, "v2"), "anchors": ANCHORS})
+        records.store(grader_dir, {"key": _key(writer, r, "v2"), "anchors": ANCHORS})
 
 
 def test_concurrent_stores_prune_inside_the_lock(tmp_path):
@@ -262,14 +262,14 @@ RECORDS = st.builds(
 def test_after_a_store_every_record_is_current_or_of_another_scale_or_task(tmp_path_factory, existing, new):
     g = tmp_path_factory.mktemp("g")
     _seed(g, existing)
-    anchors.store(g, new)
-    key, task, scale, now = new["key"], new["key"]["task"], new["key"]["scale"], anchors.record_base(new)
-    after = anchors._records(anchors.anchors_path(g))
+    records.store(g, new)
+    key, task, scale, now = new["key"], new["key"]["task"], new["key"]["scale"], records.record_base(new)
+    after = records._records(records.anchors_path(g))
     assert new in after
     for r in after:  # nothing of the new record's task and scale with another base version stays
         k = r["key"]
-        assert k["task"] != task or k["scale"] != scale or anchors.record_base(r) == now, r
+        assert k["task"] != task or k["scale"] != scale or records.record_base(r) == now, r
     for r in existing:  # no current record was lost (but one of the new record's key, replaced)
         k = r["key"]
-        if k != key and (k["task"] != task or k["scale"] != scale or anchors.record_base(r) == now):
+        if k != key and (k["task"] != task or k["scale"] != scale or records.record_base(r) == now):
             assert r in after, r

@@ -23,7 +23,7 @@ from ai4ai.core.provenance import model_sha256, task_version
 from ai4ai.core.task import load_task
 from ai4ai.grading import context
 from ai4ai.list import own_model_lines
-from ai4ai.repo import models
+from ai4ai.repo import models, registry
 
 from .own_models import save_model
 
@@ -149,7 +149,7 @@ def test_graded_run_on_a_saved_model(task_name, arch, saved, hooked, compose_cfg
     n = own.scale("ci").n_params
     assert n != load_task(task_name).scale("ci").n_params
     assert f"parameters: {n:,}" in (own.repo / "README.md").read_text()
-    reg = models.registered(own)[key["task_version"]]
+    reg = registry.registered(own)[key["task_version"]]
     assert reg["model_sha256"] == model_sha256(saved[arch]) and reg["n_params"] == n
     # python -m ai4ai.list shows the model under its task, with the anchors just calibrated
     lines = own_model_lines(hooked(load_task(task_name)), records)

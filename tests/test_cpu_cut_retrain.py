@@ -4,7 +4,7 @@ not decide a score. Real trainings of dpo at ci (seconds each)."""
 
 from dataclasses import replace
 
-from ai4ai.grading import anchors
+from ai4ai.grading import anchors, records
 from ai4ai.grading import seeds as grading
 from ai4ai.grading.context import context
 
@@ -14,7 +14,7 @@ from .conftest import needs_bwrap
 def _ctx(compose_cfg, tmp_path):
     cfg = compose_cfg("grade", ["task=dpo", "scale=ci"])
     ctx = context(cfg, tmp_path / "run")
-    rec = anchors.find(ctx.task.grader, ctx.key)
+    rec = records.find(ctx.task.grader, ctx.key)
     assert rec is not None, "dpo has no ci record for its current version"
     return anchors.with_budget(ctx, rec)
 

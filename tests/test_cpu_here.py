@@ -4,8 +4,8 @@ is completed by measuring the shipped algorithm here (anchors.needs_cpu_here / m
 import pytest
 import yaml
 
-from ai4ai.core.scoring import phi
-from ai4ai.grading import anchors
+from ai4ai.core.scoring import Anchors, phi
+from ai4ai.grading import anchors, records
 
 from .conftest import graded_context, needs_bwrap
 
@@ -17,7 +17,7 @@ _ctx = graded_context
 
 def _move_records(ctx, device_class: str, edit=lambda r: r) -> dict:
     """Keep only ctx's key's stored records (any class), relabelled as `device_class`; return one."""
-    path = anchors.anchors_path(ctx.task.grader)
+    path = records.anchors_path(ctx.task.grader)
     k = ctx.key.as_dict()
     recs = [
         r
@@ -30,10 +30,10 @@ def _move_records(ctx, device_class: str, edit=lambda r: r) -> dict:
     return rec
 
 
-def _record(ctx, match: str, cpu: float | None) -> anchors.Record:
-    return anchors.Record(
+def _record(ctx, match: str, cpu: float | None) -> records.Record:
+    return records.Record(
         key=ctx.key,
-        anchors=anchors.Anchors(0.0, 0.5, 1.0),
+        anchors=Anchors(0.0, 0.5, 1.0),
         validation=None,
         phi_std=0.01,
         train_wall_s=10.0,
@@ -61,7 +61,7 @@ def test_ensure_at_smoke_measures_before_it_uses_another_class_record(compose_cf
     def fake_measure(c, rec, workdir, why):  # the measurement itself is tested for real below
         calls.append((rec.match, why))
         raw = {**rec.raw, "key": c.key.as_dict(), "train_cpu_s": {"per_seed": [1.0], "mean": 1.0, "max": 1.0}}
-        anchors.store(c.task.grader, raw)
+        records.store(c.task.grader, raw)
 
     monkeypatch.setattr(anchors, "measure_cpu", fake_measure)
     rec = anchors.ensure(ctx)
@@ -81,10 +81,10 @@ def test_a_record_of_another_cpu_gets_this_cpus_time_and_keeps_its_anchors(compo
     ctx = _ctx(compose_cfg, tmp_path, "dpo", "ci")
     other = OTHER.format(threads=ctx.threads)
     theirs = _move_records(ctx, other, lambda r: {k: v for k, v in r.items() if k != "train_cpu_s"})
-    rec = anchors.find(ctx.task.grader, ctx.key)
+    rec = records.find(ctx.task.grader, ctx.key)
     assert rec.match == "metered-cpu" and rec.train_cpu_s is None
     anchors.measure_cpu(ctx, rec, tmp_path / "measure", "a test")
-    mine = anchors.find(ctx.task.grader, ctx.key)
+    mine = records.find(ctx.task.grader, ctx.key)
     assert mine.match == "exact" and mine.key.device_class == ctx.key.device_class
     assert mine.anchors == rec.anchors and mine.phi_std == rec.phi_std
     assert mine.train_cpu_s > 0 and mine.raw["train_cpu_s"]["per_seed"] == [mine.train_cpu_s]
@@ -102,7 +102,7 @@ def test_a_record_of_another_cpu_gets_this_cpus_time_and_keeps_its_anchors(compo
     assert d <= 0.5 * rec.phi_std
     # the other class's record is still there, untouched
     classes = [
-        r["key"]["device_class"] for r in yaml.safe_load(anchors.anchors_path(ctx.task.grader).read_text())["records"]
+        r["key"]["device_class"] for r in yaml.safe_load(records.anchors_path(ctx.task.grader).read_text())["records"]
     ]
     assert sorted(classes) == sorted([other, ctx.key.device_class])
     # the cap now derives from the CPU time measured here
@@ -121,7 +121,7 @@ def test_a_record_whose_metric_does_not_reproduce_is_calibrated_in_full(compose_
         }
 
     _move_records(ctx, OTHER.format(threads=ctx.threads), shift)
-    rec = anchors.find(ctx.task.grader, ctx.key)
+    rec = records.find(ctx.task.grader, ctx.key)
     full = []
     monkeypatch.setattr(
         anchors,
@@ -134,7 +134,7 @@ def test_a_record_whose_metric_does_not_reproduce_is_calibrated_in_full(compose_
     (done,) = full[0][1]
     assert done.seed == rec.raw["seeds"][0] and done.status == "graded" and done.raw is not None
     # nothing was stored for this class from the measurement
-    assert anchors.find(ctx.task.grader, ctx.key).match == "metered-cpu"
+    assert records.find(ctx.task.grader, ctx.key).match == "metered-cpu"
 
 
 def test_the_dry_run_says_the_cap_will_be_measured_here(compose_cfg, tmp_path, capsys):
@@ -158,7 +158,7 @@ def test_a_deterministic_task_reproduces_within_float_noise(compose_cfg, tmp_pat
 
     ctx = _ctx(compose_cfg, tmp_path, "dpo", "ci")
     theirs = _move_records(ctx, OTHER.format(threads=ctx.threads), lambda r: {**r, "phi_std": 0.0})
-    rec = anchors.find(ctx.task.grader, ctx.key)
+    rec = records.find(ctx.task.grader, ctx.key)
     here = theirs["baseline_per_seed"][0] + 3e-10
     monkeypatch.setattr(
         anchors,
@@ -171,7 +171,7 @@ def test_a_deterministic_task_reproduces_within_float_noise(compose_cfg, tmp_pat
     )
     monkeypatch.setattr(anchors, "calibrate", lambda *a, **k: pytest.fail("calibrated in full"))
     anchors.measure_cpu(ctx, rec, tmp_path / "m", "a test")
-    mine = anchors.find(ctx.task.grader, ctx.key)
+    mine = records.find(ctx.task.grader, ctx.key)
     assert mine.match == "exact" and mine.train_cpu_s == 4.0 and mine.anchors == rec.anchors
 
 
@@ -181,15 +181,15 @@ def test_verify_retrains_a_seed_and_flags_a_record_that_does_not_describe_the_co
     metric of its own class's record; the same record with that seed's metric moved (as a record
     re-keyed across a change that moved training would be) is flagged, and nothing is stored."""
     ctx = _ctx(compose_cfg, tmp_path, "dpo", "ci")
-    rec = anchors.find(ctx.task.grader, ctx.key)
+    rec = records.find(ctx.task.grader, ctx.key)
     assert rec is not None, "dpo/ci has no record: calibrate it"  # dpo/ci's seeds agree across CPU classes
     seed, true_value = int(rec.raw["seeds"][0]), float(rec.raw["baseline_per_seed"][0])
     moved = dict(rec.raw, baseline_per_seed=[true_value + 0.05, *rec.raw["baseline_per_seed"][1:]])
-    before = anchors.anchors_path(ctx.task.grader).read_text()
-    [row] = anchors.verify(ctx, anchors.Record(**{**rec.__dict__, "raw": moved}), tmp_path / "verify", [seed])
+    before = records.anchors_path(ctx.task.grader).read_text()
+    [row] = anchors.verify(ctx, records.Record(**{**rec.__dict__, "raw": moved}), tmp_path / "verify", [seed])
     assert row["seed"] == seed and row["stored"] == true_value + 0.05 and not row["agrees"]
     assert abs(row["here"] - true_value) <= row["tol"]  # what the record really says is reproduced
-    assert anchors.anchors_path(ctx.task.grader).read_text() == before
+    assert records.anchors_path(ctx.task.grader).read_text() == before
     with pytest.raises(SystemExit, match="not calibration seeds"):
         anchors.verify(ctx, rec, tmp_path / "verify2", [4242])
 

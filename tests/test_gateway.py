@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from ai4ai.window.gateway import Gateway, Upstream, normalize_usage, price_for
+from ai4ai.window.gateway import Gateway, Upstream
+from ai4ai.window.usage import normalize_usage, price_for
 
 KEY = "sk-test-REAL-KEY-held-by-the-gateway-77c1"
 PRICES = {

@@ -10,7 +10,7 @@ import yaml
 
 from ai4ai.analysis import auditing
 from ai4ai.core import hostspeed
-from ai4ai.grading import anchors
+from ai4ai.grading import anchors, records
 from ai4ai.grading.seeds import grade_seeds
 
 from .conftest import graded_context, needs_bwrap
@@ -23,7 +23,7 @@ def _ctx(compose_cfg, tmp_path, task="dpo", scale="ci"):
 def _raw(ctx, edit=lambda r: r) -> dict:
     """A stored record of ctx's task version (of any CPU class, relabelled as this host's), edited,
     written back as the only record, and returned."""
-    path = anchors.anchors_path(ctx.task.grader)
+    path = records.anchors_path(ctx.task.grader)
     k = ctx.key.as_dict()
     rec = next(
         r
@@ -46,7 +46,7 @@ def test_the_probe_is_a_steady_cpu_time_of_a_fixed_workload():
 
 def test_the_factor_scales_the_cpu_cap_and_only_ever_widens_the_net(compose_cfg, tmp_path):
     ctx = _ctx(compose_cfg, tmp_path)
-    rec = anchors.find(ctx.task.grader, ctx.key)
+    rec = records.find(ctx.task.grader, ctx.key)
     base = anchors.budget(ctx.task, "ci", rec, ctx.threads)
     slow = anchors.budget(ctx.task, "ci", rec, ctx.threads, hostspeed.ratio(20.0, 10.0))
     fast = anchors.budget(ctx.task, "ci", rec, ctx.threads, hostspeed.ratio(5.0, 10.0))
@@ -65,13 +65,13 @@ def test_with_budget_measures_this_host_against_the_records_probe(compose_cfg, t
     ctx = _ctx(compose_cfg, tmp_path)
     monkeypatch.setattr(hostspeed, "measure", lambda threads, **kw: {"cpu_s": 16.0, "threads": threads})
     _raw(ctx, lambda r: {**r, "host_probe": {"cpu_s": 10.0, "threads": ctx.threads}})
-    rec = anchors.find(ctx.task.grader, ctx.key)
+    rec = records.find(ctx.task.grader, ctx.key)
     setup = anchors.with_budget(ctx, rec)
     assert setup.cpu_cap_s == pytest.approx(1.5 * anchors.budget(ctx.task, "ci", rec, ctx.threads).cpu_s, abs=0.1)
     assert setup.host_speed == {"probe_cpu_s_here": 16.0, "probe_cpu_s_record": 10.0, "factor": 1.5, "clamped": False}
     # a probe at another thread count, or none, leaves the cap as the record gives it
     _raw(ctx, lambda r: {**r, "host_probe": {"cpu_s": 10.0, "threads": ctx.threads + 1}})
-    rec = anchors.find(ctx.task.grader, ctx.key)
+    rec = records.find(ctx.task.grader, ctx.key)
     assert anchors.with_budget(ctx, rec).host_speed is None
     assert anchors.with_budget(ctx, rec).cpu_cap_s == anchors.budget(ctx.task, "ci", rec, ctx.threads).cpu_s
 
@@ -89,7 +89,7 @@ def test_every_task_and_scale_has_a_current_record_with_a_probe():
     missing = []
     for name in list_tasks():
         task = load_task(name)
-        recs = yaml.safe_load(anchors.anchors_path(task.grader).read_text())["records"]
+        recs = yaml.safe_load(records.anchors_path(task.grader).read_text())["records"]
         for scale in ("ci", "smoke"):
             current = [
                 r for r in recs if r["key"]["scale"] == scale and r["key"]["task_version"] == task_version(task, scale)
@@ -127,13 +127,13 @@ def test_a_cap_from_a_twice_faster_host_does_not_cut_the_shipped_algorithm_here(
         )
 
     _raw(ctx, faster_host)
-    setup = anchors.with_budget(ctx, anchors.find(ctx.task.grader, ctx.key))
+    setup = anchors.with_budget(ctx, records.find(ctx.task.grader, ctx.key))
     assert setup.host_speed["factor"] == pytest.approx(1.9, rel=0.35)
     (r,) = grade_seeds(setup, anchors.empty_submission(), [0], tmp_path / "carried")
     assert r.status == "graded" and r.cut is None and r.first_cut_cpu_s is None, r
     # control: the same record without its probe cuts the shipped algorithm (twice: retrained once)
     _raw(ctx, lambda rec: faster_host(rec, probe=False))
-    bare = anchors.with_budget(ctx, anchors.find(ctx.task.grader, ctx.key))
+    bare = anchors.with_budget(ctx, records.find(ctx.task.grader, ctx.key))
     assert bare.host_speed is None and bare.cpu_cap_s < setup.cpu_cap_s / 1.3
     (c,) = grade_seeds(bare, anchors.empty_submission(), [0], tmp_path / "bare")
     assert c.cut == "cpu" and c.first_cut_cpu_s is not None, c
@@ -165,9 +165,9 @@ def test_an_audit_carries_the_recorded_cap_to_its_own_host(compose_cfg, tmp_path
 def test_a_record_without_a_probe_gets_this_hosts_and_says_when(compose_cfg, tmp_path):
     ctx = _ctx(compose_cfg, tmp_path)
     _raw(ctx, lambda r: {k: v for k, v in r.items() if k != "host_probe"})
-    rec = anchors.find(ctx.task.grader, ctx.key)
+    rec = records.find(ctx.task.grader, ctx.key)
     stored = anchors.add_probe(ctx, rec)
-    again = anchors.find(ctx.task.grader, ctx.key)
+    again = records.find(ctx.task.grader, ctx.key)
     assert again.raw["host_probe"]["cpu_s"] == stored["host_probe"]["cpu_s"] > 0
     assert "after calibration" in again.raw["host_probe"]["measured"]
     assert again.anchors == rec.anchors and again.raw["provenance"] == rec.raw["provenance"]

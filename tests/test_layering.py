@@ -40,11 +40,11 @@ FOLDERS = [
     # the sandbox and what is copied into it (launcher, proxy_client, meter_wire: no ai4ai imports)
     ("sandbox", ["__init__", "launcher", "proxy_client", "meter_wire", "package_data", "tree", "box"]),
     # the frozen repo and the agent's submission against it
-    ("repo", ["__init__", "workspace", "models", "preparing", "meter", "patches", "leaks", "submission"]),
+    ("repo", ["__init__", "workspace", "registry", "models", "preparing", "meter", "patches", "leaks", "submission"]),
     # grading one submission: context -> train a seed -> evaluate -> grade seeds -> anchors
-    ("grading", ["__init__", "plan", "context", "evaluation", "training", "seeds", "anchors"]),
+    ("grading", ["__init__", "plan", "context", "records", "devices", "evaluation", "training", "seeds", "anchors"]),
     # the agent's window: what it reads, the API gateway its CLI talks to, the proxy it calls
-    ("window", ["__init__", "instructions", "gateway", "proxy"]),
+    ("window", ["__init__", "instructions", "usage", "gateway", "proxy"]),
     # agent kinds (found by module name), on what they share
     ("agents", ["base", "__init__", "cli", "baseline", "command", "patch", "claude", "codex"]),
     # reading runs and tasks: classification, reports, audits, task checks and tuning

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-import ai4ai.grading.training as grade
+import ai4ai.grading.devices as grade
+import ai4ai.grading.training as training
 
 
 def _holder(device, threads, hold_s, log, name):
@@ -160,7 +161,7 @@ def _build_once_shared(dest, log):
         time.sleep(1.0)
         (folder / "weights").write_text("w")
 
-    assert grade.build_once(dest, build) == dest
+    assert training.build_once(dest, build) == dest
 
 
 def test_processes_needing_one_built_folder_at_once_build_it_once(tmp_path):

@@ -303,7 +303,8 @@ def test_a_meter_that_cannot_start_is_the_machines_fault(tmp_path):
     import shutil
     from types import SimpleNamespace
 
-    from ai4ai.grading.training import EnvironmentFault, _meter
+    from ai4ai.grading.devices import EnvironmentFault
+    from ai4ai.grading.training import _meter
 
     task = load_task("optimizer")
     repo = tmp_path / "repo"

@@ -16,7 +16,7 @@ from ai4ai import PROJECT_ROOT
 from ai4ai.core.provenance import base_version, model_sha256, task_version, tree_sha256
 from ai4ai.core.task import list_tasks, load_task
 from ai4ai.grading import anchors
-from ai4ai.repo import models
+from ai4ai.repo import models, registry
 
 
 def _tool():
@@ -70,7 +70,7 @@ def test_registering_a_model_prunes_the_entries_no_current_version_can_use(broug
         {"task_version": "stale", "base_version": "0" * 16, "base_versions": {"ci": "x"}},
         {"task_version": "another-model", "base_version": task_version(base), "base_versions": {}},
     ]
-    (base.grader / models.REGISTRY).write_text(yaml.safe_dump({"models": old}))
+    (base.grader / registry.REGISTRY).write_text(yaml.safe_dump({"models": old}))
     info = models.ModelInfo(
         path=own.model_path,
         sha256=model_sha256(own.model_path),
@@ -84,8 +84,8 @@ def test_registering_a_model_prunes_the_entries_no_current_version_can_use(broug
         n_layers=None,
         hidden_size=None,
     )
-    models.register(own, info, frozen_repo=frozen)
-    entries = models.entries(base.grader)
+    registry.register(own, info, frozen_repo=frozen)
+    entries = registry.entries(base.grader)
     assert [e["task_version"] for e in entries] == ["legacy-current-repo", "another-model", task_version(own)]
     assert entries[-1]["base_version"] == task_version(base)
     assert entries[-1]["base_versions"] == {s: task_version(base, s) for s in base.scales}

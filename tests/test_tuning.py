@@ -11,7 +11,7 @@ from ai4ai import PROJECT_ROOT
 from ai4ai.analysis.task_checks import EXAMPLE_MARGIN, Report
 from ai4ai.analysis.tuning import noise_sigma, patch_source, point_patch, tuning_checks
 from ai4ai.core.task import TaskError, list_tasks, load_task, parse_task
-from ai4ai.grading import anchors as anchor_store
+from ai4ai.grading import records
 from ai4ai.grading.context import context
 from ai4ai.repo.patches import parse_patch
 from ai4ai.repo.submission import from_patch
@@ -162,7 +162,7 @@ def test_a_two_point_sweep_grades_for_real_at_ci(compose_cfg, tmp_path, capsys):
     out = capsys.readouterr().out
     assert [r.point for r in rows] == ["BATCH_SIZE=12", "LR=0.0035"]
     task = load_task("sft")
-    rec = anchor_store.find(task.grader, context(cfg, run_dir).key)
+    rec = records.find(task.grader, context(cfg, run_dir).key)
     noise = noise_sigma(task, rec)
     for r in rows:
         assert r.scored.status == "graded", r.scored.reason

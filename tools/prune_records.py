@@ -5,8 +5,8 @@ current version of their task can use.
 
 For each task (all by default): every scale's current base version (the task's version without a
 brought model, provenance.task_version at that scale), the scale-less one and the frozen repo's
-tree hash are computed from the checkout as it is, and `ai4ai.grading.anchors.prune` applies the
-rule `anchors.store` applies at each store (its docstring says it whole): a record of another
+tree hash are computed from the checkout as it is, and `ai4ai.grading.records.prune` applies the
+rule `records.store` applies at each store (its docstring says it whole): a record of another
 base version at a scale of the task, or at a scale the task no longer has, goes, on any device
 class and torch; a brought model's record goes when the base version it carries is stale; a
 detail file goes with its record (one whose calibration a kept record has, re-keyed or
@@ -26,12 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ai4ai.core.provenance import task_version, tree_sha256
 from ai4ai.core.task import list_tasks, load_task
-from ai4ai.grading import anchors
+from ai4ai.grading import records
 
 
 def scales_in_records(grader: Path, task: str) -> set[str]:
     """The scales this task's stored records and detail files name (a scale the config dropped included)."""
-    out = {r["key"]["scale"] for r in anchors._records(anchors.anchors_path(grader)) if r["key"]["task"] == task}
+    out = {r["key"]["scale"] for r in records._records(records.anchors_path(grader)) if r["key"]["task"] == task}
     out |= {f.name.split("__", 1)[0] for f in (grader / "calibration").glob("*__*.json")}
     return out
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         task = load_task(name)
         current = {s: None for s in scales_in_records(task.grader, name)}
         current.update({s: task_version(task, s) for s in task.scales})
-        res = anchors.prune(
+        res = records.prune(
             task.grader, name, current, whole=task_version(task), frozen=tree_sha256(task.repo)[:16], dry_run=a.dry_run
         )
         verb = "would remove" if a.dry_run else "removed"

@@ -8,7 +8,7 @@ weights from benchmarks/meter_equivalence.py or benchmarks/ci_sweep.py --compare
 anchors, seeds and timings stay as measured, its key gets the current task_version, and its
 provenance says `rekeyed_from`. A record already present for the current version is kept. A brought
 model's record (provenance.base_version) is not moved: its version is not the repo's. Nothing is
-pruned here (anchors.store(prune=False)): records of old versions that a later call may still move
+pruned here (records.store(prune=False)): records of old versions that a later call may still move
 stay until `python tools/prune_records.py`.
 Afterwards `python -m ai4ai.calibrate task=TASK scale=ci verify=true` retrains the record's seeds and
 checks they reproduce (sft's ci record was once carried across a change that moved it: baseline
@@ -28,7 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ai4ai.core.provenance import task_version  # noqa: E402
 from ai4ai.core.task import load_task  # noqa: E402
-from ai4ai.grading import anchors  # noqa: E402
+from ai4ai.grading import (
+    records,
+)
 
 
 def main() -> None:
@@ -44,7 +46,7 @@ def main() -> None:
     a = ap.parse_args()
     task = load_task(a.task)
     scales = a.scales.split(",")
-    path = anchors.anchors_path(task.grader)
+    path = records.anchors_path(task.grader)
     recs = (yaml.safe_load(path.read_text()) or {}).get("records", [])
     have = {(r["key"]["scale"], r["key"]["task_version"], r["key"]["device_class"]) for r in recs}
     moved = 0
@@ -66,7 +68,7 @@ def main() -> None:
         r = json.loads(json.dumps(r))
         r.setdefault("provenance", {})["rekeyed_from"] = k["task_version"]
         r["key"]["task_version"] = new
-        anchors.store(task.grader, r, prune=False)
+        records.store(task.grader, r, prune=False)
         have.add((k["scale"], new, k["device_class"]))
         moved += 1
         print(f"{a.task} {k['scale']} {k['device_class']}: {k['task_version']} -> {new}")

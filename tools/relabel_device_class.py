@@ -23,7 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ai4ai.core.provenance import task_version  # noqa: E402
 from ai4ai.core.task import load_task  # noqa: E402
-from ai4ai.grading import anchors  # noqa: E402
+from ai4ai.grading import (
+    records,
+)
 
 
 def main() -> None:
@@ -34,7 +36,7 @@ def main() -> None:
     ap.add_argument("--scales", default="ci,smoke")
     a = ap.parse_args()
     task = load_task(a.task)
-    path = anchors.anchors_path(task.grader)
+    path = records.anchors_path(task.grader)
     recs = (yaml.safe_load(path.read_text()) or {}).get("records", [])
     moved = 0
     for r in recs:
@@ -51,7 +53,7 @@ def main() -> None:
         new = json.loads(json.dumps(r))
         new["key"]["device_class"] = a.new
         new.setdefault("provenance", {})["relabelled_from"] = a.old
-        anchors.store(task.grader, new, replaces=k, prune=False)  # a relabelling removes nothing else
+        records.store(task.grader, new, replaces=k, prune=False)  # a relabelling removes nothing else
         moved += 1
         print(f"{a.task} {k['scale']}: {a.old} -> {a.new}")
     print(f"{a.task}: {moved} relabelled")

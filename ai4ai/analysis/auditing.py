@@ -49,6 +49,7 @@ from ai4ai.core.layout import RunDir, write_json
 from ai4ai.core.provenance import UNVERSIONED, benchmark_version, model_sha256, tree_sha256, versions
 from ai4ai.core.scoring import Anchors, score_seeds, seed_noise_sigma
 from ai4ai.grading import anchors as anchor_store
+from ai4ai.grading import records
 from ai4ai.grading.context import UsageError, context
 from ai4ai.grading.seeds import grade_seeds
 from ai4ai.repo.patches import PatchFormatError
@@ -176,7 +177,7 @@ def drift(result: dict, run_dir: Path, ctx) -> list[dict]:
         _check("benchmark version", result["benchmark_version"], benchmark_version()),
     ]
     rec_prov = result["anchors"].get("provenance") or {}
-    now = anchor_store.find(task.grader, ctx.key)
+    now = records.find(task.grader, ctx.key)
     rec_id = {
         "calibrated_at": rec_prov.get("calibrated_at"),
         **{k: result["anchors"][k] for k in ("no_info", "baseline", "best")},
@@ -335,7 +336,7 @@ def regrade_run(result: dict, run_dir: Path, ctx, cfg, seeds, anchors: str, out:
         sub = from_patch(task, pristine, text, scale=ctx.scale)
     except PatchFormatError as e:
         return {"agrees": False, "reason": f"submission.patch is not a unified diff: {e}"}
-    current = anchor_store.find(task.grader, ctx.key)
+    current = records.find(task.grader, ctx.key)
     if anchors == "current":
         current = anchor_store.ensure(ctx)
         use = current.anchors

@@ -137,7 +137,7 @@ def base_version(task, scale: str | None = None) -> str:
     models.with_model derived it (task.base_task), or, not derived, of the same task without the
     model. Without a model, task_version itself. A brought model's anchor records carry it: their own
     version folds in the model's content and derived repo, which the repo alone cannot recompute, and
-    they are current exactly while this one is (anchors.store)."""
+    they are current exactly while this one is (records.store)."""
     if not getattr(task, "model_path", None):
         return task_version(task, scale)
     return task_version(replace(getattr(task, "base_task", None) or task, model_path=None), scale)

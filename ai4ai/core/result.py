@@ -109,7 +109,7 @@ class Measured:
 
 def build(ctx, record, m: Measured) -> Result:
     """The result of a run from its context (grading.context.RunContext), its anchor record
-    (grading.anchors.Record, or None when the run errored before anchors existed) and what it measured."""
+    (grading.records.Record, or None when the run errored before anchors existed) and what it measured."""
     metric, scored = ctx.task.metric, m.scored
     anchors = (
         {

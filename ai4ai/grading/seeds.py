@@ -12,13 +12,12 @@ from pathlib import Path
 
 from ai4ai.core.console import say
 from ai4ai.grading.context import RunContext
+from ai4ai.grading.devices import EnvironmentFault, device_lock
 from ai4ai.grading.evaluation import CKPT_RE, EvalSpec, WorkerError, run_worker
 from ai4ai.grading.training import (
-    EnvironmentFault,
     build_meter_copy,
     build_once,
     build_training_copy,
-    device_lock,
     meter_needs_graded,
     run_training,
     stage_dir,

@@ -46,19 +46,16 @@ import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
-from ai4ai import PROJECT_ROOT
 from ai4ai.core.console import say
 from ai4ai.core.hidden import load_grader
 from ai4ai.core.layout import file_lock
-from ai4ai.core.provenance import base_version, model_sha256, python_executable, task_version, tree_sha256
+from ai4ai.core.provenance import model_sha256, python_executable, tree_sha256
 from ai4ai.core.task import Task, TaskError
+from ai4ai.repo.registry import CACHE_ROOT, register
 from ai4ai.repo.workspace import copy_repo, make_writable
 
 # The tasks that start from a prepared LM and take task.model_path, in the order they gained it.
 OWN_MODEL_TASKS = ("sft", "dpo", "reward_model", "distillation", "pruning", "unlearning")
-CACHE_ROOT = PROJECT_ROOT / "outputs" / ".cache" / "own_models"
 # The tasks whose prepare step on your model trains long (unlearning's memorisation, 20,000 steps): it runs on
 # the GPU when this machine has one (the others run on the CPU, one thread). Once made, the derived repo is
 # fixed: its byom/ weights are part of the task version.
@@ -68,8 +65,6 @@ ON_DEVICE = ("unlearning",)
 # task has no artifacts step: `python -m ai4ai.prepare ... task.model_path=PATH` and the dry run do not
 # ask for the repo's own model, which training on yours never loads.
 KEEP_REPO_ARTIFACTS = ("distillation",)
-REGISTRY = "models.yaml"  # beside anchors.yaml: which model each task version was made from
-REGISTRY_LOCK = "models.lock"
 WEIGHT_FILES = (
     "model.safetensors",
     "model.safetensors.index.json",
@@ -427,101 +422,6 @@ def with_model(task: Task) -> Task:
     )
     register(derived, info, frozen_repo=repo.parent.name.split("-")[0])
     return derived
-
-
-def register(task: Task, info: ModelInfo, frozen_repo: str) -> None:
-    """Note which model a task version was made from, beside the task's anchors (ai4ai.list shows it),
-    with the version of the task without the model (`base_version`, and per scale `base_versions`);
-    entries no current version can use go (stale_entry)."""
-    base = task.base_task or replace(task, model_path=None)
-    version, whole = task_version(task), base_version(task)
-    scales = {s: base_version(task, s) for s in task.scales}
-    with file_lock(Path(task.grader) / REGISTRY_LOCK):
-        old = entries(Path(task.grader))
-        kept = [e for e in old if not stale_entry(e, scales, whole, tree_sha256(base.repo)[:16])]
-        if not any(e.get("task_version") == version for e in kept):
-            kept.append(
-                {
-                    "task_version": version,
-                    "frozen_repo": frozen_repo,
-                    "model_sha256": info.sha256,
-                    "path": info.path,
-                    "architecture": info.architecture,
-                    "n_params": info.n_params,
-                    "vocab_size": info.vocab_size,
-                    "base_version": whole,
-                    "base_versions": scales,
-                }
-            )
-        if kept != old:
-            _write_entries(Path(task.grader), kept)
-
-
-def entries(grader_dir: Path) -> list[dict]:
-    """The registry's entries (models.yaml beside the anchors), oldest first."""
-    path = Path(grader_dir) / REGISTRY
-    return (yaml.safe_load(path.read_text()) or {}).get("models", []) if path.exists() else []
-
-
-def _write_entries(grader_dir: Path, rows: list[dict]) -> None:
-    path = Path(grader_dir) / REGISTRY
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(
-        "# Written by ai4ai.repo.models: the models brought with task.model_path, by task version.\n"
-        + yaml.safe_dump({"models": rows}, sort_keys=False)
-    )
-    tmp.replace(path)
-
-
-def stale_entry(entry: dict, current: dict, whole: str | None = None, frozen: str | None = None) -> bool:
-    """Whether no current version of the task can use a registry entry, so that it goes.
-
-    `current`: scale -> the task's version without a brought model now (None: the task has no such
-    scale any more), for the scales the caller knows (anchors.store: the one it stores at); `whole`:
-    the same without a scale, `frozen`: the frozen repo's tree hash (16 digits), where known. An
-    entry with `base_version` is stale when that differs from `whole`, or, `whole` unknown, when
-    one of its `base_versions` differs from `current`'s; an entry from before those fields (legacy)
-    only when its `frozen_repo` differs from `frozen` (a repo edit moves every version); else it stays."""
-    if "base_version" in entry:
-        if whole is not None:
-            return entry["base_version"] != whole
-        bv = entry.get("base_versions") or {}
-        return any(s in bv and bv[s] != v for s, v in current.items())
-    return frozen is not None and entry.get("frozen_repo") != frozen
-
-
-def is_legacy(entry: dict) -> bool:
-    """An entry from before `base_version`: its model's anchor records carry no base version either, and
-    cannot be told from stale records of the repo's own model (anchors.stale keeps them while it stays)."""
-    return "base_version" not in entry
-
-
-def prune_registry(
-    grader_dir: Path, current: dict, whole: str | None = None, frozen: str | None = None, dry_run: bool = False
-) -> list[dict]:
-    """Remove (or, dry_run, only list) the registry entries stale_entry judges stale; returns them."""
-    if not (Path(grader_dir) / REGISTRY).exists():
-        return []
-    with file_lock(Path(grader_dir) / REGISTRY_LOCK):
-        old = entries(grader_dir)
-        gone = [e for e in old if stale_entry(e, current, whole, frozen)]
-        if gone and not dry_run:
-            _write_entries(grader_dir, [e for e in old if e not in gone])
-    return gone
-
-
-def registered(task: Task, current: bool = True) -> dict:
-    """task_version -> registry entry, for the models brought to this task (`current`: only those
-    derived from the frozen repo as it is now; an edit to it makes new task versions)."""
-    path = Path(task.grader) / REGISTRY
-    if not path.exists():
-        return {}
-    frozen = tree_sha256(task.repo)[:16] if current and CACHE_ROOT not in Path(task.repo).parents else None
-    return {
-        e["task_version"]: e
-        for e in (yaml.safe_load(path.read_text()) or {}).get("models", [])
-        if frozen is None or e.get("frozen_repo") == frozen
-    }
 
 
 def token_maps(model, device):

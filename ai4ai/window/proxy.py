@@ -26,9 +26,10 @@ from ai4ai.core.layout import RunDir, write_json
 from ai4ai.core.scoring import Anchors, sigma
 from ai4ai.core.trajectory import PROXY, SUBMIT, Trajectory, rank
 from ai4ai.grading.context import RunContext
+from ai4ai.grading.devices import device_lock
 from ai4ai.grading.evaluation import WorkerError, run_worker
 from ai4ai.grading.seeds import eval_spec
-from ai4ai.grading.training import build_training_copy, device_lock, run_training, stage_dir, training_seed
+from ai4ai.grading.training import build_training_copy, run_training, stage_dir, training_seed
 from ai4ai.repo.preparing import data_mounts
 from ai4ai.repo.submission import Submission, from_workspace
 from ai4ai.sandbox import launcher, proxy_client

@@ -21,7 +21,7 @@ from ai4ai.agents import claude as claude_agent
 from ai4ai.agents import codex as codex_agent
 from ai4ai.agents.base import AgentContext
 from ai4ai.sandbox.box import agent_sandbox, bwrap_available
-from ai4ai.window.gateway import TOKEN_KEYS as TOKENS
+from ai4ai.window.usage import TOKEN_KEYS as TOKENS
 from tests.agents.clis import real_cli
 from tests.fake_api import FakeAPI
 

@@ -9,8 +9,9 @@ from dataclasses import replace
 
 import pytest
 
+from ai4ai.grading.devices import EnvironmentFault
 from ai4ai.grading.seeds import grade_seeds
-from ai4ai.grading.training import EnvironmentFault, build_training_copy, run_training
+from ai4ai.grading.training import build_training_copy, run_training
 from ai4ai.repo.submission import from_patch
 
 from .conftest import grade_setup, needs_bwrap, run_py, train_py_patch, training_sandbox

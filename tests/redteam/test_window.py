@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 
-import ai4ai.grading.training as grade
+import ai4ai.grading.devices as grade
 from ai4ai.sandbox.box import Mount, Sandbox
 
 

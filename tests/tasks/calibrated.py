@@ -10,8 +10,9 @@ as a comparison bar on another machine or torch.
 from __future__ import annotations
 
 from ai4ai.core.provenance import task_version
+from ai4ai.core.scoring import Anchors
 from ai4ai.core.task import load_task
-from ai4ai.grading import anchors as anchor_store
+from ai4ai.grading import records as record_store
 from ai4ai.grading.context import anchor_key
 
 
@@ -21,21 +22,21 @@ def records(task_name: str, scale: str = "smoke") -> list[dict]:
     version = task_version(task, scale)
     return [
         r
-        for r in anchor_store._records(anchor_store.anchors_path(task.grader))
+        for r in record_store._records(record_store.anchors_path(task.grader))
         if r["key"]["scale"] == scale and r["key"]["task_version"] == version
     ]
 
 
-def record(task_name: str, scale: str = "smoke") -> tuple[anchor_store.Anchors, float]:
+def record(task_name: str, scale: str = "smoke") -> tuple[Anchors, float]:
     """(anchors, seed std of phi) of the task's current version at `scale`."""
     task = load_task(task_name)
     key = anchor_key(task, scale, "cpu", task.scale(scale).threads)
-    rec = anchor_store.find(task.grader, key)
+    rec = record_store.find(task.grader, key)
     if rec is not None:
         return rec.anchors, rec.phi_std
     for r in records(task_name, scale):
         a = r["anchors"]
-        return anchor_store.Anchors(a["no_info"], a["baseline"], a["best"]), float(r["phi_std"])
+        return Anchors(a["no_info"], a["baseline"], a["best"]), float(r["phi_std"])
     raise AssertionError(
         f"{task_name} has no {scale} anchors for its current version {task_version(task, scale)} (the repo, "
         f"grader or task config changed since calibration): run "
@@ -43,7 +44,7 @@ def record(task_name: str, scale: str = "smoke") -> tuple[anchor_store.Anchors, 
     )
 
 
-def anchors(task_name: str, scale: str = "smoke") -> anchor_store.Anchors:
+def anchors(task_name: str, scale: str = "smoke") -> Anchors:
     return record(task_name, scale)[0]
 
 
