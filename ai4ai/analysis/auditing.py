@@ -410,6 +410,22 @@ def changed_names(report: dict) -> list[str]:
     return [d["what"] for d in report.get("drift", []) if d["changed"]]
 
 
+def _not_audited(r, why: str, **extra) -> dict:
+    """The row of a run that cannot be re-graded: it does not agree, and says why."""
+    return {
+        "run_dir": str(r.run_dir),
+        "task": r.result["task"],
+        "agent": r.result["agent"],
+        "recorded": r.result.get("score"),
+        "new": None,
+        "difference": None,
+        "tolerance": None,
+        "agrees": False,
+        "drift": [why],
+        **extra,
+    }
+
+
 def audit_db(db: Path, sample: int | None = None, seed: int = 0, **kw) -> list[dict]:
     runs, _ = load_runs(Path(db))
     if sample is not None and sample < len(runs):
@@ -417,36 +433,11 @@ def audit_db(db: Path, sample: int | None = None, seed: int = 0, **kw) -> list[d
     rows = []
     for r in runs:
         if not (r.run_dir / "result.json").is_file():
-            rows.append(
-                {
-                    "run_dir": str(r.run_dir),
-                    "task": r.result["task"],
-                    "agent": r.result["agent"],
-                    "recorded": r.result.get("score"),
-                    "new": None,
-                    "difference": None,
-                    "tolerance": None,
-                    "agrees": False,
-                    "drift": ["run directory missing"],
-                }
-            )
+            rows.append(_not_audited(r, "run directory missing"))
             continue
         problem = model_problem(r.result)
         if problem:  # the model a run trained is gone or changed: that run's row, not the end of the audit
-            rows.append(
-                {
-                    "run_dir": str(r.run_dir),
-                    "task": r.result["task"],
-                    "agent": r.result["agent"],
-                    "recorded": r.result.get("score"),
-                    "new": None,
-                    "difference": None,
-                    "tolerance": None,
-                    "agrees": False,
-                    "drift": ["model gone or changed"],
-                    "reason": problem,
-                }
-            )
+            rows.append(_not_audited(r, "model gone or changed", reason=problem))
             continue
         rep = audit_run(r.run_dir, **kw)
         g = rep["regrade"] or {}

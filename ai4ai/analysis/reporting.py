@@ -189,23 +189,15 @@ def to_markdown(sections: list[Section], meta: dict) -> str:
         ]
         if any(NO_SANDBOX_MARK in r["agent"] for r in s.leaderboard):
             out += ["", f"{NO_SANDBOX_MARK} at least one run of this agent ran without a sandbox (backend `none`)."]
-        out += [
-            "",
-            "### Per task",
-            "",
-            _md_table(TASK_HEAD, [task_cells(r) for r in s.tasks]),
-            "",
-            "### Changed how the model learns",
-            "",
-            _md_table(CLASS_HEAD, [class_cells(r) for r in s.classes]),
-            "",
-            _md_table(SUB_HEAD, [sub_cells(r) for r in s.submissions]),
-            "",
-            "### Proxy trajectories",
-            "",
-            _md_table(TRAJ_HEAD, [traj_cells(r) for r in s.trajectories]),
-            "",
+        tables = [
+            ("### Per task", TASK_HEAD, [task_cells(r) for r in s.tasks]),
+            ("### Changed how the model learns", CLASS_HEAD, [class_cells(r) for r in s.classes]),
+            (None, SUB_HEAD, [sub_cells(r) for r in s.submissions]),
+            ("### Proxy trajectories", TRAJ_HEAD, [traj_cells(r) for r in s.trajectories]),
         ]
+        for title, head, rows in tables:
+            out += ["", *([title, ""] if title else []), _md_table(head, rows)]
+        out += [""]
     return "\n".join(out)
 
 

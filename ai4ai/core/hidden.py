@@ -25,6 +25,15 @@ the project's grader_hidden/. So a grader imports the graders' shared library, g
 (never a task), as its sibling: `from ..common import hmm`. That import is what `uses_common`
 finds, and a task whose grader makes it has the library's tree hash in its task version
 (provenance.task_version).
+
+What the graders write alike on purpose: each defines its own `uninformative` (zeroing every
+parameter is the usual 0 anchor, but what "no information" means is the task's to say, in its
+docstring, and it is part of the task's version), its own `evaluate_with_noise` (the mean and the
+standard error of the shortfall from the best value, over the task's own per-item scores) and its
+package's export list (this contract, one name a line). Code shared for what it computes (the HMM
+token source, the LM likelihood) lives in grader_hidden/common/; these few lines stay with each
+task, so that a task's grader reads whole and an edit to one task's 0 anchor moves that task alone.
+Small per-task codecs (`encode`/`decode` of a task's own vocabulary) are alike in shape only.
 """
 
 from __future__ import annotations

@@ -121,21 +121,15 @@ def require_idle_gpu(device: str) -> None:
         )
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     sel = ["-i", visible] if visible else []
-    try:
-        apps = subprocess.run(
-            [smi, *sel, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
+
+    def query(what: str) -> str:
+        return subprocess.run(
+            [smi, *sel, what, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30, check=True
         ).stdout
-        used = subprocess.run(
-            [smi, *sel, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout.split()
+
+    try:
+        apps = query("--query-compute-apps=pid,used_memory")
+        used = query("--query-gpu=memory.used").split()
     except (OSError, subprocess.SubprocessError) as e:
         raise EnvironmentFault(f"cannot check that the GPU is idle: nvidia-smi failed ({e})")
     others = gpu_users(apps, {os.getpid()})

@@ -146,7 +146,7 @@ def store(
             write_json(dp, {**record, **detail})
         if prune:
             k = record["key"]
-            _prune_locked(Path(grader_dir), k["task"], {k["scale"]: record_base(record)})
+            _prune(Path(grader_dir), k["task"], {k["scale"]: record_base(record)}, None, None, False)
     return path
 
 
@@ -196,7 +196,7 @@ class Pruned:
     models: list  # models.yaml entries removed
 
 
-def _prune_locked(
+def prune(
     grader_dir: Path,
     task: str,
     current: dict,
@@ -204,7 +204,16 @@ def _prune_locked(
     frozen: str | None = None,
     dry_run: bool = False,
 ) -> Pruned:
-    """store's rule on the records, detail files and registry of `grader_dir` (the caller holds anchors.lock)."""
+    """Remove (dry_run: only list) what no current version can use, by store's rule, given every scale's
+    current base version (`current`, scale -> version; a scale the task no longer has -> None), and
+    for the registry its scale-less version `whole` and the frozen repo's hash `frozen`
+    (tools/prune_records.py)."""
+    with file_lock(anchors_path(grader_dir).with_suffix(".lock")):
+        return _prune(Path(grader_dir), task, current, whole, frozen, dry_run)
+
+
+def _prune(grader_dir: Path, task: str, current: dict, whole, frozen, dry_run: bool) -> Pruned:
+    """prune's work (and store's), under anchors.lock, which the caller holds."""
     models = registry.prune_registry(grader_dir, current, whole, frozen, dry_run)
     # a registry entry from before base_version that stays: a record without one may be its model's
     legacy = any(registry.is_legacy(e) for e in registry.entries(grader_dir) if e not in models)
@@ -230,19 +239,3 @@ def _prune_locked(
         for f in details:
             f.unlink()
     return Pruned(records=[r["key"] for r in gone], details=details, models=models)
-
-
-def prune(
-    grader_dir: Path,
-    task: str,
-    current: dict,
-    whole: str | None = None,
-    frozen: str | None = None,
-    dry_run: bool = False,
-) -> Pruned:
-    """Remove (dry_run: only list) what no current version can use, by store's rule, given every scale's
-    current base version (`current`, scale -> version; a scale the task no longer has -> None), and
-    for the registry its scale-less version `whole` and the frozen repo's hash `frozen`
-    (tools/prune_records.py)."""
-    with file_lock(anchors_path(grader_dir).with_suffix(".lock")):
-        return _prune_locked(Path(grader_dir), task, current, whole, frozen, dry_run)
