@@ -5,7 +5,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.sandbox.box import bwrap_available
+from tests.requirements import available, missing, required, requires
 
 CONF = str(PROJECT_ROOT / "conf")
 
@@ -38,7 +38,21 @@ def baseline_ci_run(tmp_path_factory):
     return cfg, run_dir, json.loads((run_dir / "result.json").read_text())
 
 
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed or cannot run here")
+needs_bwrap = requires("sandbox")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "requires(group): needs bubblewrap, chromium or the CLIs (tests/requirements.py)"
+    )
+    required()  # an unknown group in AI4AI_REQUIRE stops the run before anything is collected
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("requires"):
+        ok, reason = available(mark.args[0])
+        if not ok:
+            missing(mark.args[0], reason)
 
 
 @pytest.fixture

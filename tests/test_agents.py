@@ -16,8 +16,9 @@ from ai4ai.agents.base import AgentContext
 from ai4ai.agents.cli import DUMMY_KEY, Wiring, run_cli
 from ai4ai.core.trajectory import summary as trajectory_summary
 from ai4ai.repo.submission import Submission
-from ai4ai.sandbox.box import KERNELS_DIR, Mount, Sandbox, bwrap_available
+from ai4ai.sandbox.box import KERNELS_DIR, Mount, Sandbox
 from ai4ai.window.proxy import choose_submission
+from tests.requirements import requires
 
 KEY = "sk-test-NEVER-IN-RUN-DIR-9f3a"
 
@@ -152,7 +153,7 @@ import time; time.sleep(1.5)
 """
 
 
-@pytest.mark.skipif(not bwrap_available(), reason="api_only needs the bwrap network namespace")
+@requires("sandbox")  # api_only needs the bwrap network namespace
 @pytest.mark.parametrize("network", ["api_only", "open"])
 def test_sandbox_holds_a_dummy_reaches_only_the_gateway_and_stdout_is_not_cost(
     tmp_path, monkeypatch, fake_api, network

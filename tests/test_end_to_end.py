@@ -54,6 +54,22 @@ def test_baseline_agent_scores_about_point_one(baseline_ci_run, tmp_path):
     assert not (tmp_path / "run_again" / "result.json").exists()
 
 
+def test_the_report_tests_fake_result_has_a_real_results_fields(baseline_ci_run):
+    """tests/fixtures/results.py's `fake_result` feeds every report test: each of its sections holds
+    only fields a real run's result.json has (and every top-level one), so a report test cannot pass
+    on a field the harness never writes."""
+    from tests.fixtures.results import fake_result
+
+    _, run_dir, _ = baseline_ci_run
+    real, fake = _result(run_dir), fake_result()
+    assert set(fake) == set(real)
+    for section, value in fake.items():
+        if isinstance(value, dict) and section != "agent_config":
+            assert set(value) <= set(real[section]), (section, set(value) - set(real[section]))
+    for status in ("invalid", "error"):
+        validate(fake_result(status=status))
+
+
 def test_command_agent_edits_in_the_sandbox_and_protected_edits_are_dropped(compose_cfg, tmp_path):
     cmd = (
         "sed -i 's/^LR = 3e-3/LR = 2e-3/' optim.py && echo '# hacked' >> model.py && "

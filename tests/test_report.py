@@ -5,7 +5,6 @@ import csv
 import json
 import multiprocessing
 import re
-import shutil
 import sqlite3
 import subprocess
 import time
@@ -17,6 +16,7 @@ import yaml
 from ai4ai.analysis.reporting import report
 from ai4ai.analysis.runs import hierarchical_interval, load_runs, read_curve
 from ai4ai.core import record
+from tests.requirements import chromium, requires
 
 from .conftest import example
 from .fixtures.results import fake_result
@@ -290,7 +290,7 @@ def test_cli_writes_every_format(fixture_db, tmp_path):
 
 # --------------------------------------------------------------------------- the HTML page in Chromium
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = chromium()
 CHECK_SCRIPT = """<script>
 window.addEventListener('load', function () {
   var imgs = Array.from(document.images);
@@ -331,7 +331,7 @@ def _chromium(args: list[str], home: Path) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@requires("chromium")
 def test_html_renders_offline_in_chromium(fixture_db, tmp_path):
     db, labels = fixture_db
     out = tmp_path / "out"

@@ -9,6 +9,7 @@ import pytest
 
 from ai4ai import PROJECT_ROOT
 from ai4ai.sandbox.box import KERNELS_DIR, Mount, Sandbox, bwrap_available
+from tests.requirements import missing
 
 from .conftest import needs_bwrap
 
@@ -104,7 +105,7 @@ for p in ['/workspace/ok.txt', {str(victim)!r}, '/usr/planted.py', '/opt/ai4ai/a
 @pytest.mark.parametrize("backend", ["bwrap", "none"])
 def test_timeout_ends_the_whole_tree_including_escapees(tmp_path, backend):
     if backend == "bwrap" and not bwrap_available():
-        pytest.skip("bubblewrap unavailable")
+        missing("sandbox", "bubblewrap unavailable")
     sb, _ = _sandbox(tmp_path, backend)
     marker = f"ai4ai_escape_{uuid.uuid4().hex[:8]}"
     # a setsid daemon, a double fork and a SIGTERM-ignoring parent
@@ -131,7 +132,7 @@ time.sleep(300)
 @pytest.mark.parametrize("backend", ["bwrap", "none"])
 def test_processes_left_after_a_normal_exit_are_ended(tmp_path, backend):
     if backend == "bwrap" and not bwrap_available():
-        pytest.skip("bubblewrap unavailable")
+        missing("sandbox", "bubblewrap unavailable")
     sb, _ = _sandbox(tmp_path, backend)
     marker = f"ai4ai_daemon_{uuid.uuid4().hex[:8]}"
     script = f"import subprocess; subprocess.Popen(['sh', '-c', 'exec -a {marker} sleep 300'], start_new_session=True)"
@@ -154,7 +155,7 @@ def test_sandbox_refuses_to_mount_the_project_root(tmp_path):
 def test_sigterm_grace_lets_a_run_save_before_the_kill(tmp_path, backend):
     """At the cap the command gets SIGTERM first and may write its last checkpoint in the grace period."""
     if backend == "bwrap" and not bwrap_available():
-        pytest.skip("bubblewrap unavailable")
+        missing("sandbox", "bubblewrap unavailable")
     sb, ws = _sandbox(tmp_path, backend)
     script = f"""
 import signal, sys, time

@@ -6,9 +6,8 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-
 from ai4ai import PROJECT_ROOT
+from tests.requirements import missing
 
 PINNED = PROJECT_ROOT / ".ci" / "agent-clis.txt"
 PACKAGES = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex"}
@@ -34,8 +33,8 @@ def real_cli(kind: str) -> Path:
     meta = npm_prefix() / "node_modules" / pkg / "package.json"
     exe = npm_prefix() / "node_modules" / ".bin" / kind
     if not meta.exists() or not exe.exists():
-        pytest.skip(f"{pkg} not installed under {npm_prefix()} (.ci/run installs it)")
+        missing("clis", f"{pkg} not installed under {npm_prefix()} (.ci/run installs it)")
     version = json.loads(meta.read_text())["version"]
     if version != pinned()[pkg]:
-        pytest.skip(f"{pkg} {version} installed, {pinned()[pkg]} pinned (.ci/run installs it)")
+        missing("clis", f"{pkg} {version} installed, {pinned()[pkg]} pinned (.ci/run installs it)")
     return exe

@@ -20,15 +20,16 @@ from ai4ai import PROJECT_ROOT, pipeline
 from ai4ai.agents import claude as claude_agent
 from ai4ai.agents import codex as codex_agent
 from ai4ai.agents.base import AgentContext
-from ai4ai.sandbox.box import agent_sandbox, bwrap_available
+from ai4ai.sandbox.box import agent_sandbox
 from ai4ai.window.usage import TOKEN_KEYS as TOKENS
 from tests.agents.clis import real_cli
 from tests.fake_api import FakeAPI
+from tests.requirements import requires
 
 KEY = "sk-test-REAL-KEY-never-in-the-run-dir-5e2b"
 KINDS = {"claude": (claude_agent, "ANTHROPIC_API_KEY", ""), "codex": (codex_agent, "OPENAI_API_KEY", "/v1")}
 
-pytestmark = pytest.mark.skipif(not bwrap_available(), reason="the agent sandbox needs bubblewrap")
+pytestmark = requires("sandbox")
 
 
 def agent_cfg(kind: str, **over) -> dict:

@@ -18,11 +18,12 @@ import pytest
 from ai4ai import PROJECT_ROOT
 from ai4ai.core.provenance import UNVERSIONED, tree_sha256
 from ai4ai.repo.submission import unified_diff
-from ai4ai.sandbox.box import Sandbox, bwrap_available
+from ai4ai.sandbox.box import Sandbox
+from tests.requirements import requires
 
 FROZEN = ("repos_frozen", "grader_hidden", "ai4ai_kernels")
 CI = ["task=optimizer", "scale=ci"]
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed or cannot run here")
+needs_bwrap = requires("sandbox")
 
 
 def frozen_hashes() -> dict:
@@ -67,12 +68,22 @@ def agent_sandbox(tmp_path: Path, backend: str = "bwrap") -> tuple[Sandbox, Path
     return sb, ws
 
 
-def grade_setup(tmp_path: Path, task, cap_s: float = 120.0):
-    from ai4ai.grading.context import RunContext
+def grade_setup(tmp_path: Path, task, cap_s: float | None = 120.0, scale: str = "ci"):
+    """The context a graded training of `task` runs in, built as pipeline.grade builds it: the real
+    `grade` config composed, `context(...)`, the anchors' caps (the CPU cap of the stored record,
+    carried to this host) and the run's secret. `cap_s` narrows the wall-clock liveness net (None:
+    the record's)."""
+    from dataclasses import replace
 
-    return RunContext(
-        task=task, scale="ci", device="cpu", threads=2, backend="bwrap", cap_s=cap_s, run_dir=tmp_path, progress=False
-    )
+    from ai4ai.grading import anchors
+    from ai4ai.grading.context import context
+    from ai4ai.grading.training import run_nonce
+    from tests.conftest import compose_in
+
+    cfg = compose_in(tmp_path / "outputs", "grade", [f"task={task.name}", f"scale={scale}", "sandbox=bwrap"])
+    ctx = replace(context(cfg, tmp_path), task=task)
+    ctx = anchors.with_budget(ctx, anchors.ensure(ctx), progress=False, nonce=run_nonce(tmp_path))
+    return ctx if cap_s is None else replace(ctx, cap_s=cap_s)
 
 
 def training_sandbox(tmp_path: Path, task, sub=None):

@@ -111,7 +111,8 @@ def test_thread_count_change_buys_no_data(tmp_path, task, pristine):
     """Route 6: training that raises its own thread count (torch, OpenMP, CPU affinity) to take the machine.
     Gains nothing: at ci/smoke the budget is the data the protected interface serves, so the run takes the
     same steps and draws the same sequences as the shipped algorithm (same checkpoint names, same
-    tokens_seen); more threads only make it faster. At full, one grading holds the device (the lock) and
+    tokens_seen); more threads only make it faster, or, where their spinning costs more CPU time than
+    the record's CPU cap allows on this host, the run is cut by that cap (graded as invalid). At full, one grading holds the device (the lock) and
     the wall-clock cap binds, so threads are the algorithm's own compute, not another run's."""
     grab = (
         "import os\n"
@@ -126,7 +127,6 @@ def test_thread_count_change_buys_no_data(tmp_path, task, pristine):
     outcome, ckpts, reason, seed_dir = _train(
         tmp_path, task, pristine, train_py_patch(task, "order = torch.Generator", grab), 120
     )
-    assert reason is None, reason
     log = (seed_dir / "train.log").read_text()
     assert "THREADS 64" in log
     import importlib.util
@@ -136,9 +136,13 @@ def test_thread_count_change_buys_no_data(tmp_path, task, pristine):
     spec = importlib.util.spec_from_file_location("probe_cfg", task.repo / "config.py")
     cfg = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cfg)
+    budget_tokens = cfg.get_scale("ci").budget_sequences * cfg.SEQ_LEN
+    if outcome.cut == "cpu":  # the threads' spinning spent the record's CPU cap: what it kept is less data
+        assert reason in (None, "CPU budget spent with no checkpoint"), reason
+        assert all(read_metadata(c, ["tokens_seen"])["tokens_seen"] <= budget_tokens for c in ckpts)
+        return
+    assert reason is None, reason
     steps = cfg.get_scale("ci").budget_sequences // 32
     assert f"for {steps} steps" in log
     assert ckpts[-1].name == f"ckpt_{steps:08d}.safetensors"
-    assert (
-        read_metadata(ckpts[-1], ["tokens_seen"])["tokens_seen"] == cfg.get_scale("ci").budget_sequences * cfg.SEQ_LEN
-    )
+    assert read_metadata(ckpts[-1], ["tokens_seen"])["tokens_seen"] == budget_tokens

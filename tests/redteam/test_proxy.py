@@ -13,7 +13,8 @@ def test_malformed_and_hostile_requests(tmp_path, task, pristine):
     paths for the harness to read or write (`out`, `workspace`, `call` with `..`), and calls past the limit.
     Gains nothing: malformed requests get an error reply and no work; extra fields are ignored (the
     harness only ever snapshots its own workspace into its own .harness folder); past MAX_CALLS no
-    training runs; nothing is written outside the run folder."""
+    training runs; nothing is written outside the run folder (the run's own secret is in .harness, as in
+    every graded run)."""
     srv, run_dir = proxy_server(tmp_path, task, pristine, window_s=60)
     for req in (None, [], "score", {"cmd": "rm"}, {"cmd": ["score"]}, {"no": "cmd"}):
         r = srv.handle(req)
@@ -25,7 +26,7 @@ def test_malformed_and_hostile_requests(tmp_path, task, pristine):
     r = srv.handle({"cmd": "submit", "workspace": str(task.grader), "patch": "../../pwned"})
     assert r["ok"] and r["files"] == []
     written = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))
-    assert written == [".harness", ".harness/marked.patch", "trajectory.jsonl"]
+    assert written == [".harness", ".harness/marked.patch", ".harness/nonce", "trajectory.jsonl"]
     assert not (tmp_path / "pwned").exists()
 
 

@@ -220,10 +220,16 @@ def test_degenerate_policies_do_not_beat_the_shipped_algorithm(grader, logits):
         assert rate == 0.0
 
 
-def test_committed_warm_starts_load_and_prepare_is_reproducible(repo):
+def test_committed_warm_starts_load_exactly(repo):
+    """Each committed warm start passes its checksum and loads into the scale's model unchanged
+    (that prepare reproduces it is test_prepare_reproduces_the_committed_artifact, slow)."""
+    from safetensors.torch import load_file
+
     model, prepare = repo["model"], repo["prepare"]
     for scale in ("ci", "smoke"):
-        prepare.load_prepared(model.build_model(scale), scale)
+        loaded = prepare.load_prepared(model.build_model(scale), scale).state_dict()
+        ref = load_file(str(REPO / "artifacts" / f"bc_{scale}.safetensors"))
+        assert set(loaded) == set(ref) and all(torch.equal(loaded[k], ref[k]) for k in ref), scale
 
 
 @pytest.mark.slow
