@@ -690,6 +690,8 @@ class Server:
             return getattr(obj, attr)
         if op == "len" and spec.get("len"):
             return len(obj)
+        if op == "count" and ref in self.ledgers:  # the wire's own count of a constructed object
+            return {k: v for k, v in self.ledgers[ref].report().items()}
         raise MeterError(f"{name} serves no {op} {attr!r}")
 
     def _bound(self, ref: int, obj, b):

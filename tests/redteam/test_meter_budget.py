@@ -232,3 +232,25 @@ def test_steps_on_played_levels_are_counted_per_env_per_step(tmp_path):
         assert int(env.served) == steps + n
     wire = read_report(report)["env.TrainingEnv"]
     assert wire["served"] == steps + n and wire["class"]["served"] == steps + n, wire
+
+
+def test_the_shipped_calls_are_served_and_counted_as_the_class_counts(tmp_path):
+    """distillation's train.py: every prompt once, then the teacher's completions in chunks of 1,024;
+    and diffusion_rl's judge on a batch: the wire counts what the class counts, to the token."""
+    with metered(tmp_path, "distillation") as (conn, report):
+        split, teacher = new(conn, "data.TrainingSplit", "ci"), new(conn, "teacher.Teacher", "ci", "cpu")
+        prompts = split.get(torch.arange(len(split)))
+        comp = torch.cat([teacher.generate(prompts[i : i + 1024]) for i in range(0, len(prompts), 1024)])
+        logits = teacher.logits(torch.cat([prompts[:8], comp[:8]], 1))
+        assert logits.shape[0] == 8
+        used = int(teacher.used)
+    r = read_report(report)
+    assert r["data.TrainingSplit"]["served"] == r["data.TrainingSplit"]["class"]["served"] == len(prompts)
+    assert r["teacher.Teacher"]["served"] == r["teacher.Teacher"]["class"]["used"] == used > 0
+    with metered(tmp_path, "diffusion_rl") as (conn, report):
+        judge = new(conn, "env.Judge", "ci")
+        judge.rewards(torch.rand(32, 64), torch.randint(0, 10, (32,)))
+        r, g = judge.rewards_and_grads(torch.rand(16, 64), torch.randint(0, 10, (16,)))
+        assert r.shape == (16,) and g.shape == (16, 64)
+    r = read_report(report)["env.Judge"]
+    assert r["served"] == r["class"]["used"] == 48
