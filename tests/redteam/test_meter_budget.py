@@ -36,6 +36,8 @@ from ai4ai.core.task import load_task
 from ai4ai.repo.meter import read_report, serving
 from ai4ai.sandbox import meter_wire
 
+from .conftest import assert_gains_nothing, grade_train_py, needs_bwrap
+
 ROW_TASKS = {  # task: (class, methods that serve rows by index)
     "optimizer": ("data.TrainingSplit", ["get"]),
     "sft": ("data.TrainingSplit", ["get"]),
@@ -254,3 +256,31 @@ def test_the_shipped_calls_are_served_and_counted_as_the_class_counts(tmp_path):
         assert r.shape == (16,) and g.shape == (16, 64)
     r = read_report(report)["env.Judge"]
     assert r["served"] == r["class"]["used"] == 48
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_a_wrong_shaped_index_in_training_gains_nothing(compose_cfg, tmp_path):
+    """The filed attack, through the real pipeline at ci: unlearning's train.py asks for every forget
+    fact as one (1, N) index (before: 6,000 facts for a charge of 2 against a budget of 2,048,
+    score 0.356 against the shipped 0.1). Now the meter refuses it; the run falls back to the
+    shipped loop and gains nothing (measured on branch i39-meter: refused, 1,600 facts served, score 0.107; 131 s)."""
+    task = load_task("unlearning")
+    old = (task.repo / "train.py").read_text()
+    loop = "perm = torch.randperm(data.n_forget, generator=order)\nfor step"
+    assert loop in old
+    attack = (
+        "try:\n"
+        "    every = data.get_forget(torch.arange(data.n_forget)[None])[0]\n"
+        "    print(f'ATTACK got {len(every)} facts, charged {data.served}', flush=True)\n"
+        "except Exception as e:\n"
+        "    print('ATTACK refused', type(e).__name__, str(e)[:300], flush=True)\n"
+    )
+    new = old.replace(loop, attack + loop)
+    r = grade_train_py(compose_cfg, tmp_path, task, new, "wrong_shape")
+    log = (tmp_path / "run" / "grade" / "seed_0" / "train.log").read_text()
+    meter = read_report(tmp_path / "run" / "grade" / "seed_0" / "meter.json")["data.UnlearningData"]
+    print("meter", meter, "score", r["score"])
+    assert "ATTACK refused" in log and "ATTACK got" not in log, log[-2000:]
+    assert meter["served"] <= meter["budget"] and meter["served"] == meter["class"]["served"]
+    assert_gains_nothing(r)
