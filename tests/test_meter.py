@@ -78,11 +78,27 @@ SPEC = {
     "classes": {
         "toy.Split": {
             "construct": ["scale", "seed"],
-            "methods": ["get", "batch", "total", "episode", "describe"],
+            "unit": "items",
+            "budget": "@budget",
+            "exhausted": "toy.BudgetExhausted",
+            "methods": {
+                "get": {
+                    "args": {"idx": {"tensor": ["int64"], "ndim": 1, "range": [0, "@len"]}},
+                    "count": {"rows": "idx"},
+                },
+                "batch": {"args": {"n": {"int": [0, 100]}}, "count": "free"},
+                "total": {"args": {"b": {"value": "toy.Batch"}}, "count": "free"},
+                "episode": {"args": {"k": {"int": [0, None]}}, "count": "free"},
+                "describe": {"args": {}, "count": "free"},
+            },
             "attributes": ["budget", "served", "remaining"],
             "len": True,
         },
-        "toy.Episode": {"methods": ["step"], "attributes": ["t"], "len": False},
+        "toy.Episode": {
+            "methods": {"step": {"args": {"a": {"int": [0, 9]}}, "count": "free"}},
+            "attributes": ["t"],
+            "len": False,
+        },
     },
     "values": ["toy.Batch"],
 }
@@ -143,14 +159,22 @@ def test_a_served_class_keeps_its_api_and_the_server_keeps_the_count(toy):
     ep = s.episode(5)
     assert ep.step(1)[0].tolist() == [6.0, 6.0] and ep.t == 1
     assert s.describe() == {"scale": "ci", "pair": (1, 2.5), "none": None, "flags": [True, False]}
-    with pytest.raises(module.BudgetExhausted, match="budget of 10 is spent"):
+    with pytest.raises(module.BudgetExhausted, match="budget of 10 items is spent"):
         s.get(torch.arange(9))
     assert s.served == 2
     proc.terminate()
     proc.wait(10)
     assert read_report(report) == {
         "calls": read_report(report)["calls"],
-        "toy.Split": {"budget": 10, "served": 2, "remaining": 8},
+        "toy.Split": {
+            "unit": "items",
+            "budget": 10,
+            "served": 2,
+            "remaining": 8,
+            "delivered": 2,
+            "reserved": 0,
+            "class": {"budget": 10, "served": 2, "remaining": 8},
+        },
     }
 
 
@@ -249,19 +273,56 @@ def test_the_meter_block_is_parsed_strictly():
     ok = {
         "held": ["data/train_*.u8"],
         "classes": {
-            "data.TrainingSplit": {"construct": ["scale"], "methods": ["get"], "attributes": ["served"], "len": True}
+            "data.TrainingSplit": {
+                "construct": ["scale"],
+                "unit": "sequences",
+                "methods": {
+                    "get": {
+                        "args": {"idx": {"tensor": ["int64"], "ndim": 1, "rows": "$remaining"}},
+                        "count": {"rows": "idx"},
+                    }
+                },
+                "attributes": ["served"],
+                "len": True,
+            }
         },
     }
     m = parse_meter(ok, "t")
+    cls = ok["classes"]["data.TrainingSplit"]
+    get = cls["methods"]["get"]
     assert m.held == ("data/train_*.u8",) and m.classes["data.TrainingSplit"].construct == ("scale",)
     bad = [
         {**ok, "held": ["/etc/passwd"]},
         {**ok, "held": ["../x"]},
         {**ok, "extra": 1},
         {**ok, "classes": {"TrainingSplit": ok["classes"]["data.TrainingSplit"]}},
-        {**ok, "classes": {"data.S": {"construct": ["path"], "methods": [], "attributes": []}}},
-        {**ok, "classes": {"data.S": {"construct": ["scale"], "methods": ["__init__"], "attributes": []}}},
-        {**ok, "classes": {"data.S": {"methods": ["get"], "attributes": []}}},
+        {**ok, "classes": {"data.S": {"construct": ["path"], "unit": "x", "methods": {}, "attributes": []}}},
+        {
+            **ok,
+            "classes": {
+                "data.S": {"construct": ["scale"], "unit": "x", "methods": {"__init__": get}, "attributes": []}
+            },
+        },
+        {**ok, "classes": {"data.S": {"methods": {"get": get}, "attributes": []}}},
+        # a served method without a signature, a count or a unit; a count of nothing it takes
+        {**ok, "classes": {"data.S": {"construct": ["scale"], "unit": "x", "methods": ["get"], "attributes": []}}},
+        {**ok, "classes": {"data.S": {"construct": ["scale"], "methods": {"get": get}, "attributes": []}}},
+        {
+            **ok,
+            "classes": {
+                "data.S": {"construct": ["scale"], "unit": "x", "methods": {"get": {"args": {}}}, "attributes": []}
+            },
+        },
+        {**ok, "classes": {"data.S": {**cls, "methods": {"get": {**get, "count": {"rows": "other"}}}}}},
+        {**ok, "classes": {"data.S": {**cls, "methods": {"get": {**get, "count": "steps"}}}}},
+        {
+            **ok,
+            "classes": {
+                "data.S": {**cls, "methods": {"get": {**get, "args": {"idx": {"tensor": ["object"], "ndim": 1}}}}}
+            },
+        },
+        {**ok, "classes": {"data.S": {**cls, "methods": {"get": {**get, "args": {"idx": {"tensor": ["int64"]}}}}}}},
+        {**ok, "classes": {"data.S": {**cls, "methods": {"get": {**get, "args": {"idx": {"int": [0, "os.system"]}}}}}}},
     ]
     for b in bad:
         with pytest.raises(TaskError):

@@ -99,14 +99,19 @@ METER_PINS = ("scale", "seed", "device")  # what a served class's constructor ma
 @dataclass(frozen=True)
 class MeteredClass:
     construct: tuple[str, ...] | None  # constructor parameters (each pinned to the run's); None: only returned
-    methods: tuple[str, ...]
+    methods: dict[str, dict]  # name -> signature {args: {name: spec}, count: rule} (meter_wire's signatures)
     attributes: tuple[str, ...]
     len: bool = False
+    unit: str | None = None  # what the budget counts (sequences, tokens, env_steps, ...); constructed classes
+    budget: Any = "@budget"  # the budget: a count, or the attribute of the pristine object it is read from
+    exhausted: str | None = None  # "module.Exception" the meter raises when a request passes the budget
 
     def wire(self) -> dict:
-        d = {"methods": list(self.methods), "attributes": list(self.attributes), "len": self.len}
+        d = {"methods": dict(self.methods), "attributes": list(self.attributes), "len": self.len}
         if self.construct is not None:
-            d["construct"] = list(self.construct)
+            d.update(construct=list(self.construct), unit=self.unit, budget=self.budget)
+            if self.exhausted:
+                d["exhausted"] = self.exhausted
         return d
 
 
@@ -365,9 +370,9 @@ def parse_meter(raw: Any, where: str) -> Meter | None:
         w = f"{where}: meter.classes.{name}"
         if not isinstance(name, str) or not _DOTTED.match(name):
             raise TaskError(f"{w}: a served class is named 'module.Class'")
-        c = _take(c or {}, w, {"methods", "attributes"}, {"construct", "len"})
+        c = _take(c or {}, w, {"methods", "attributes"}, {"construct", "len", "unit", "budget", "exhausted"})
         lists = {}
-        for k in ("construct", "methods", "attributes"):
+        for k in ("construct", "attributes"):
             v = c.get(k)
             if v is None and k == "construct":
                 lists[k] = None
@@ -381,11 +386,29 @@ def parse_meter(raw: Any, where: str) -> Meter | None:
             raise TaskError(f"{w}: construct may take only the run's own {METER_PINS}, got {list(lists['construct'])}")
         if not isinstance(c.get("len", False), bool):
             raise TaskError(f"{w}: len must be true or false")
+        owned = lists["construct"] is not None
+        if owned and not (isinstance(c.get("unit"), str) and _NAME.match(c["unit"])):
+            raise TaskError(f"{w}: unit must name what its budget counts (e.g. sequences)")
+        if not owned and {"unit", "budget", "exhausted"} & set(c):
+            raise TaskError(f"{w}: unit, budget and exhausted belong to a constructed class")
+        budget = c.get("budget", "@budget")
+        if not (type(budget) is int and budget >= 0) and not (isinstance(budget, str) and _BOUND.match(budget)):
+            raise TaskError(f"{w}: budget must be a count or '@attribute', got {budget!r}")
+        if c.get("exhausted") is not None and not (isinstance(c["exhausted"], str) and _DOTTED.match(c["exhausted"])):
+            raise TaskError(f"{w}: exhausted must be 'module.Exception'")
+        if not isinstance(c["methods"], dict) or not all(
+            isinstance(x, str) and _NAME.match(x) and not x.startswith("_") for x in c["methods"]
+        ):
+            raise TaskError(f"{w}: methods must map public method names to their signatures")
+        methods = {k: _parse_signature(v, f"{w}.methods.{k}", owned) for k, v in c["methods"].items()}
         classes[name] = MeteredClass(
             construct=lists["construct"],
-            methods=lists["methods"],
+            methods=methods,
             attributes=lists["attributes"],
             len=c.get("len", False),
+            unit=c.get("unit"),
+            budget=budget,
+            exhausted=c.get("exhausted"),
         )
     if not any(c.construct is not None for c in classes.values()):
         raise TaskError(f"{where}: meter.classes: at least one class needs construct (what a run builds)")
@@ -393,6 +416,114 @@ def parse_meter(raw: Any, where: str) -> Meter | None:
     if not isinstance(values, list) or not all(isinstance(v, str) and _DOTTED.match(v) for v in values):
         raise TaskError(f"{where}: meter.values must be a list of 'module.Class' names")
     return Meter(held=tuple(held), classes=classes, values=tuple(values))
+
+
+_BOUND = re.compile(
+    r"^(@len|@[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*|=[A-Za-z_][A-Za-z0-9_.]*\.[A-Za-z_][A-Za-z0-9_]*|\$remaining)$"
+)
+_WIRE_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+
+
+def _is_bound(b: Any) -> bool:
+    return b is None or (type(b) is int) or (type(b) is float) or (isinstance(b, str) and bool(_BOUND.match(b)))
+
+
+def _parse_arg(spec: Any, w: str, scope: list[str]) -> dict:
+    """One argument's spec (meter_wire's signatures): int, bool, tensor or value, strictly."""
+    if not isinstance(spec, dict):
+        raise TaskError(f"{w}: an argument's spec is a mapping")
+    kinds = [k for k in ("int", "bool", "tensor", "value") if k in spec]
+    if len(kinds) != 1:
+        raise TaskError(f"{w}: an argument is one of int, bool, tensor or value")
+    kind = kinds[0]
+    extra = {"default"} | {
+        "int": set(),
+        "bool": set(),
+        "tensor": {"ndim", "shape", "rows", "rows_as", "range"},
+        "value": {"fields"},
+    }[kind]
+    _take(spec, w, {kind}, extra)
+    if kind == "int" and not (
+        isinstance(spec["int"], list) and len(spec["int"]) == 2 and all(map(_is_bound, spec["int"]))
+    ):
+        raise TaskError(f"{w}: int takes [lo, hi] (bounds: numbers, None, '@attr', '=module.NAME')")
+    if kind == "bool" and spec["bool"] is not True:
+        raise TaskError(f"{w}: bool: true")
+    if kind == "value":
+        if not (isinstance(spec["value"], str) and _DOTTED.match(spec["value"])):
+            raise TaskError(f"{w}: value names a 'module.Class'")
+        fields_ = spec.get("fields") or {}
+        if not isinstance(fields_, dict):
+            raise TaskError(f"{w}: fields map a value's fields to their specs")
+        seen: list[str] = []
+        for k, f in fields_.items():
+            _parse_arg(f, f"{w}.fields.{k}", seen)
+            seen.append(k)
+    if kind == "tensor":
+        if not (isinstance(spec["tensor"], list) and spec["tensor"] and set(spec["tensor"]) <= set(_WIRE_DTYPES)):
+            raise TaskError(f"{w}: tensor lists its dtypes, of {_WIRE_DTYPES}")
+        if type(spec.get("ndim")) is not int or not 0 <= spec["ndim"] <= 8:
+            raise TaskError(f"{w}: a tensor needs ndim, 0 to 8")
+        shape = spec.get("shape")
+        if shape is not None and (
+            not isinstance(shape, list)
+            or len(shape) != spec["ndim"]
+            or not all(_is_bound(d) or (isinstance(d, list) and len(d) == 2 and all(map(_is_bound, d))) for d in shape)
+        ):
+            raise TaskError(f"{w}: shape has one entry a dimension: a size, None, or [lo, hi]")
+        if not _is_bound(spec.get("rows")):
+            raise TaskError(f"{w}: rows is a bound")
+        if spec.get("rows_as") is not None and spec["rows_as"] not in scope:
+            raise TaskError(f"{w}: rows_as names an earlier argument")
+        r = spec.get("range")
+        if r is not None and not (isinstance(r, list) and len(r) == 2 and all(map(_is_bound, r))):
+            raise TaskError(f"{w}: range is [lo, hi)")
+    return spec
+
+
+def _parse_signature(raw: Any, w: str, owned: bool) -> dict:
+    """A served method's signature: {args: {name: spec}, count: rule} (meter_wire's signatures)."""
+    sig = _take(raw, w, {"args", "count"})
+    args = sig["args"] or {}
+    if not isinstance(args, dict) or not all(isinstance(k, str) and _NAME.match(k) for k in args):
+        raise TaskError(f"{w}: args map argument names to specs, in order")
+    seen: list[str] = []
+    for k, spec in args.items():
+        _parse_arg(spec, f"{w}.args.{k}", seen)
+        seen.append(k)
+    count = sig["count"]
+    if count in ("free", "steps"):
+        if count == "steps" and owned:
+            raise TaskError(f"{w}: steps counts a returned batch of episodes against the class that reset it")
+        return {"args": args, "count": count}
+    if not owned:
+        raise TaskError(f"{w}: a class that is only returned counts nothing of its own (free or steps)")
+    if not isinstance(count, dict) or len({"rows", "tokens", "prepay", "claim"} & set(count)) != 1:
+        raise TaskError(f"{w}: count is free, steps, or one of rows, tokens, prepay, claim")
+    if "rows" in count:
+        _take(count, w + ".count", {"rows"})
+        names = [count["rows"]]
+    elif "tokens" in count:
+        _take(count, w + ".count", {"tokens"}, {"pad", "per_row", "reply"})
+        names = count["tokens"] if isinstance(count["tokens"], list) and count["tokens"] else [None]
+        if not _is_bound(count.get("per_row", 0)) or not (count.get("reply") is None or type(count["reply"]) is int):
+            raise TaskError(f"{w}.count: per_row is a bound, reply the index of a reply's array")
+    elif "prepay" in count:
+        _take(count, w + ".count", {"prepay", "per"})
+        names = [count["prepay"]]
+        if not _is_bound(count["per"]):
+            raise TaskError(f"{w}.count: per is a bound")
+    else:
+        _take(count, w + ".count", {"claim"})
+        names = [count["claim"]]
+    for n in names:
+        if n not in args:
+            raise TaskError(f"{w}.count: counts {n!r}, which is not one of its arguments")
+    kinds = {"rows": "tensor", "tokens": "tensor", "prepay": "int", "claim": "value"}
+    rule = next(k for k in kinds if k in count)
+    if any(kinds[rule] not in args[n] or "default" in args[n] for n in names):
+        raise TaskError(f"{w}.count: {rule} counts a required {kinds[rule]} argument")
+    return {"args": args, "count": count}
 
 
 _CONSTANT = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_./-]*\.py:)?[A-Za-z_][A-Za-z0-9_]*$")

@@ -5,7 +5,10 @@ server is meter_wire.py run in the task's pristine repo (its protected code and 
 the full-scale data cache included), outside the training sandbox, with the run's thread count. The training
 sandbox sees a folder with the socket and the client module (`ai4ai_meter`) only, and a copy of
 the repo without the held files. When the run ends, the server writes what each served object
-counted (`meter.json` in the seed folder): the budget as the harness saw it served.
+counted (`meter.json` in the seed folder): the budget as the harness saw it served. Per class,
+`served`, `budget`, `remaining` (in `unit`) are the wire's own count, kept by the server on what
+it sent and checked against each method's declared signature before the repo's method ran: that
+count is authoritative; what the repo's object says of itself is kept beside it under `class`.
 """
 
 from __future__ import annotations

@@ -309,7 +309,7 @@ class Remote:
             return self._conn.call({"op": "get", "ref": self._ref, "name": name})
         raise AttributeError(
             f"{self._cls}.{name} is not served by the meter (served: "
-            f"{', '.join(sorted(spec['methods'] + spec['attributes']))})"
+            f"{', '.join(sorted([*spec['methods'], *spec['attributes']]))})"
         )
 
     def __setattr__(self, name, value):
@@ -341,6 +341,235 @@ def remote(cls):
     return construct
 
 
+# ------------------------------------------------------------------------------------ signatures
+#
+# Every served method has a declared signature, checked on the decoded request before the repo's
+# method runs, and a count rule: what its reply is worth in the unit of the object's budget. The
+# server, not the repo's class, keeps that count (a `Ledger` per constructed object, its budget read
+# once when the object is built) and refuses a request whose reply would take it past the budget.
+#
+# An argument's spec (one key names its kind):
+#   {int: [lo, hi]}                    a Python int (not a bool) in [lo, hi] (None: unbounded)
+#   {bool: true}                       a bool
+#   {tensor: [dtypes], ndim, shape, rows, rows_as, range}
+#                                      a torch tensor or numpy array of one of `dtypes` with `ndim`
+#                                      dimensions; `shape`: per dimension an exact size, None, or an
+#                                      inclusive [lo, hi]; `rows`: at most this many along the first;
+#                                      `rows_as`: as many as that (earlier) argument; `range`: every
+#                                      value in [lo, hi) (integers) or [lo, hi] (floats)
+#   {value: "module.Class", fields: {name: spec}}   a dataclass the spec allows, field by field
+# and `default` (any value) makes it optional. A bound is a number, None, "@a.b" (an attribute of
+# the served object, "@len" its len(), read once) "=module.NAME" (a constant of the repo's module)
+# or "$remaining" (what is left of the budget, now).
+# Count rules: "free"; {rows: arg} the rows of `arg`, and every array of the reply has as many;
+# {tokens: [args], pad, per_row, reply} the non-`pad` elements of `args` (+ `per_row` x their rows
+# asked in the worst case), then of the reply's array number `reply`; {prepay: arg, per: bound}
+# `arg` x `per`, reserved (levels that prepay their episodes); {claim: arg} a reset that spends
+# what was reserved for those levels; "steps" one per episode not yet done, per step call.
+
+INTS = ("uint8", "int8", "int16", "int32", "int64")
+
+
+def _dtype_name(x) -> str:
+    d = x.dtype
+    return d.name if hasattr(d, "name") else str(d).removeprefix("torch.")
+
+
+def _is_array(x) -> bool:
+    np = sys.modules.get("numpy")
+    torch = sys.modules.get("torch")
+    return (np is not None and isinstance(x, np.ndarray)) or (torch is not None and isinstance(x, torch.Tensor))
+
+
+def _numpy(x):
+    torch = sys.modules.get("torch")
+    return x.numpy() if torch is not None and isinstance(x, torch.Tensor) else x
+
+
+def _arrays(value) -> list:
+    if _is_array(value):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [a for v in value for a in _arrays(v)]
+    if isinstance(value, dict):
+        return [a for v in value.values() for a in _arrays(v)]
+    return []
+
+
+def describe(name: str, sig: dict, bound=lambda b: b) -> str:
+    """`name(arg: what, ...)`, for a refusal's message (`bound` resolves the declared bounds)."""
+
+    def b(x):
+        try:
+            return [b(y) for y in x] if isinstance(x, list) else bound(x)
+        except Exception:
+            return x
+
+    def one(spec):
+        if "int" in spec:
+            return f"int in [{b(spec['int'][0])}, {b(spec['int'][1])}]"
+        if "bool" in spec:
+            return "bool"
+        if "value" in spec:
+            return f"{spec['value']}({', '.join(f'{k}: {one(v)}' for k, v in spec.get('fields', {}).items())})"
+        out = f"tensor of {'|'.join(spec['tensor'])}, {spec['ndim']}-D"
+        if spec.get("shape"):
+            out += f" shape {b(spec['shape'])}"
+        if spec.get("rows") is not None:
+            out += f", at most {b(spec['rows'])} rows"
+        if spec.get("rows_as"):
+            out += f", as many rows as {spec['rows_as']}"
+        if spec.get("range"):
+            out += f", values in [{b(spec['range'][0])}, {b(spec['range'][1])})"
+        return out
+
+    args = ", ".join(
+        f"{k}: {one(v)}" + (f" = {v['default']!r}" if "default" in v else "") for k, v in sig["args"].items()
+    )
+    return f"{name}({args})"
+
+
+class Ledger:
+    """What the wire has served from one constructed object, in the unit of its budget: `served`
+    only grows; `reserved` is held for prepaid episodes (spent as steps, or released unplayed)."""
+
+    def __init__(self, unit: str, budget: int):
+        self.unit, self.budget, self.served, self.reserved = unit, budget, 0, 0
+        self.prepaid: dict[bytes, int] = {}  # level -> prepaid copies (each `per` steps)
+
+    @property
+    def remaining(self) -> int:
+        return self.budget - self.served - self.reserved
+
+    def report(self) -> dict:
+        charged = self.served + self.reserved
+        return {
+            "unit": self.unit,
+            "budget": self.budget,
+            "served": charged,
+            "remaining": self.budget - charged,
+            "delivered": self.served,
+            "reserved": self.reserved,
+        }
+
+
+class _Signed:
+    """Checks one request against a method's signature; `bound(x)` resolves a declared bound."""
+
+    def __init__(self, qual: str, sig: dict, bound):
+        self.qual, self.sig, self.bound = qual, sig, bound
+
+    def refuse(self, why: str):
+        raise MeterError(f"{why}; the meter serves {describe(self.qual, self.sig, self.bound)}")
+
+    def bind(self, args: list, kwargs: dict) -> dict:
+        names = list(self.sig["args"])
+        if len(args) > len(names):
+            self.refuse(f"{len(args)} positional arguments")
+        got = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in self.sig["args"]:
+                self.refuse(f"no argument {k!r}")
+            if k in got:
+                self.refuse(f"{k!r} given twice")
+            got[k] = v
+        for k in names:
+            if k not in got and "default" not in self.sig["args"][k]:
+                self.refuse(f"{k!r} missing")
+        for k in names:
+            if k in got:
+                self.check(k, self.sig["args"][k], got[k], got)
+        return got
+
+    def check(self, where: str, spec: dict, v, scope: dict) -> None:
+        if "int" in spec:
+            lo, hi = (self.bound(b) for b in spec["int"])
+            if type(v) is not int or (lo is not None and v < lo) or (hi is not None and v > hi):
+                self.refuse(f"{where} is {_short(v)}, not an int in [{lo}, {hi}]")
+        elif "bool" in spec:
+            if type(v) is not bool:
+                self.refuse(f"{where} is {_short(v)}, not a bool")
+        elif "value" in spec:
+            cls = _resolve_class(spec["value"])
+            if type(v) is not cls:
+                self.refuse(f"{where} is {_short(v)}, not a {spec['value']}")
+            fields = {k: getattr(v, k) for k in spec.get("fields", {})}
+            for k, fspec in spec.get("fields", {}).items():
+                self.check(f"{where}.{k}", fspec, fields[k], fields)
+        else:
+            self.check_array(where, spec, v, scope)
+
+    def check_array(self, where: str, spec: dict, v, scope: dict) -> None:
+        if not _is_array(v):
+            self.refuse(f"{where} is {_short(v)}, not a tensor")
+        dtype = _dtype_name(v)
+        if dtype not in spec["tensor"]:
+            self.refuse(f"{where} is a tensor of {dtype}")
+        shape = tuple(v.shape)
+        if len(shape) != spec["ndim"]:
+            self.refuse(f"{where} has shape {list(shape)}")
+        for d, want in zip(shape, spec.get("shape") or [None] * len(shape)):
+            if isinstance(want, list):
+                lo, hi = (self.bound(b) for b in want)
+                ok = (lo is None or d >= lo) and (hi is None or d <= hi)
+            else:
+                want = self.bound(want)
+                ok = want is None or d == want
+            if not ok:
+                self.refuse(f"{where} has shape {list(shape)}")
+        rows = self.bound(spec.get("rows"))
+        if rows is not None and shape and shape[0] > rows:
+            self.refuse(f"{where} has {shape[0]} rows, over the {rows} this request may ask")
+        other = spec.get("rows_as")
+        if other is not None and (
+            other not in scope or not _is_array(scope[other]) or shape[:1] != tuple(scope[other].shape[:1])
+        ):
+            self.refuse(f"{where} has shape {list(shape)}, not as many rows as {other}")
+        if spec.get("range") is not None and _numel(v) > 0:
+            lo, hi = (self.bound(b) for b in spec["range"])
+            a = _numpy(v)
+            if dtype.startswith("float"):
+                finite = bool((a == a).all()) and (lo is None or a.min() >= lo) and (hi is None or a.max() <= hi)
+                if not finite:
+                    self.refuse(f"{where} has values outside [{lo}, {hi}]")
+            elif (lo is not None and a.min() < lo) or (hi is not None and a.max() >= hi):
+                self.refuse(f"{where} has values outside [{lo}, {hi})")
+
+
+def _numel(v) -> int:
+    n = 1
+    for d in v.shape:
+        n *= int(d)
+    return n
+
+
+def _short(v) -> str:
+    if _is_array(v):
+        return f"a tensor of {_dtype_name(v)} shape {list(v.shape)}"
+    r = repr(v)
+    return f"a {type(v).__name__} {r[:40]}"
+
+
+def _resolve_class(name: str):
+    mod, _, qual = name.rpartition(".")
+    return getattr(importlib.import_module(mod), qual)
+
+
+def _nonpad(v, pad) -> int:
+    return int((_numpy(v) != pad).sum())
+
+
+def _level_keys(levels) -> list[bytes]:
+    """One key per level (env.Levels: walls, targets, boxes, player), as the repo keys its prepaid
+    episodes (equal levels, equal keys)."""
+    np = sys.modules["numpy"]
+    w, t, b, p = (np.asarray(_numpy(getattr(levels, f))) for f in ("walls", "targets", "boxes", "player"))
+    return [
+        w[i].tobytes() + t[i].tobytes() + b[i].tobytes() + int(p[i]).to_bytes(8, "little", signed=True)
+        for i in range(len(p))
+    ]
+
+
 # ------------------------------------------------------------------------------------ server
 
 
@@ -363,6 +592,9 @@ class Server:
         self.singletons: dict[str, int] = {}
         self.next_ref = 1
         self.calls = 0
+        self.ledgers: dict[int, Ledger] = {}  # the wire's own count, per constructed object
+        self.episodes: dict[int, dict] = {}  # per batch of episodes (a VecEnv): its ledger, done, credit
+        self.bounds: dict[int, dict] = {}  # declared bounds of an object, read once
 
     @staticmethod
     def _resolve(name: str):
@@ -382,6 +614,8 @@ class Server:
                 same = [r for r, (n, _) in self.objects.items() if n == name and r not in kept]
                 for r in same[:-MAX_OBJECTS]:
                     del self.objects[r]
+                    self.episodes.pop(r, None)
+                    self.bounds.pop(r, None)
                 return ref
         return None
 
@@ -403,11 +637,20 @@ class Server:
         kwargs = {str(k): codec.decode(v, buffers) for k, v in kwargs.items()}
         with self.lock:
             self.calls += 1
-            value = self._dispatch(op, header, args, kwargs)
+            commit: list = []
+            value = self._dispatch(op, header, args, kwargs, commit)
             out: list = []
-            return {"value": codec.encode(value, out)}, out
+            reply = {"value": codec.encode(value, out)}
+            total = 4 + len(json.dumps({**reply, "buffers": [len(b) for b in out]}).encode()) + sum(len(b) for b in out)
+            if total > MAX_FRAME:
+                raise MeterError(
+                    f"a meter reply of {total} bytes is over the limit of {MAX_FRAME}: ask for less at once"
+                )
+            for c in commit:  # counted once the reply is sure to go
+                c()
+            return reply, out
 
-    def _dispatch(self, op, header, args, kwargs):
+    def _dispatch(self, op, header, args, kwargs, commit: list):
         if op == "new":
             name = header.get("cls")
             spec = self.spec["classes"].get(name) if isinstance(name, str) else None
@@ -430,6 +673,10 @@ class Server:
                 self.next_ref += 1
                 self.objects[ref] = (name, obj)
                 self.singletons[name] = ref
+                budget = self._bound(ref, obj, spec.get("budget", "@budget"))
+                if type(budget) is not int or budget < 0:
+                    raise MeterError(f"{name}: its budget is {budget!r}, not a count")
+                self.ledgers[ref] = Ledger(spec.get("unit", "items"), budget)
             return self.objects[self.singletons[name]][1]
         ref = header.get("ref")
         if not isinstance(ref, int) or ref not in self.objects:
@@ -437,26 +684,173 @@ class Server:
         name, obj = self.objects[ref]
         spec = self.spec["classes"][name]
         attr = header.get("name")
-        if op == "call" and attr in spec["methods"]:
-            return getattr(obj, attr)(*args, **kwargs)
+        if op == "call" and isinstance(attr, str) and attr in spec["methods"]:
+            return self._call(ref, name, obj, attr, args, kwargs, commit)
         if op == "get" and attr in spec["attributes"]:
             return getattr(obj, attr)
         if op == "len" and spec.get("len"):
             return len(obj)
+        if op == "count" and ref in self.ledgers:  # the wire's own count of a constructed object
+            return {k: v for k, v in self.ledgers[ref].report().items()}
         raise MeterError(f"{name} serves no {op} {attr!r}")
 
+    def _bound(self, ref: int, obj, b):
+        """A declared bound's value for the object `ref` (see the signatures' comment)."""
+        if not isinstance(b, str):
+            return b
+        if b == "$remaining":
+            ledger = self.ledgers.get(ref) or self.episodes.get(ref, {}).get("ledger")
+            return None if ledger is None else ledger.remaining
+        cache = self.bounds.setdefault(ref, {})
+        if b not in cache:
+            if b == "@len":
+                cache[b] = len(obj)
+            elif b.startswith("@"):
+                v = obj
+                for part in b[1:].split("."):
+                    v = getattr(v, part)
+                cache[b] = v
+            elif b.startswith("="):
+                cache[b] = _resolve_class(b[1:])
+            else:
+                raise MeterError(f"a malformed bound {b!r} in the meter's spec")
+        return cache[b]
+
+    def _exhausted(self, name: str, ledger: Ledger, asked: int):
+        msg = (
+            f"budget of {ledger.budget} {ledger.unit} is spent ({ledger.served} served"
+            + (f", {ledger.reserved} reserved" if ledger.reserved else "")
+            + f", this request asks {asked})"
+        )
+        exc = self.spec["classes"][name].get("exhausted")
+        cls = _resolve_class(exc) if exc else MeterError
+        raise cls(msg)
+
+    def _call(self, ref: int, name: str, obj, attr: str, args: list, kwargs: dict, commit: list):
+        """A served method: its signature checked, its reply counted on the wire (`commit`, run once
+        the reply is sure to go), and refused where that count would pass the budget."""
+        sig = self.spec["classes"][name]["methods"][attr]
+        qual = f"{name.rpartition('.')[2]}.{attr}"
+        got = _Signed(qual, sig, lambda b: self._bound(ref, obj, b)).bind(args, kwargs)
+        rule = sig.get("count", "free")
+        np = importlib.import_module("numpy")
+        if rule == "free":
+            return getattr(obj, attr)(*args, **kwargs)
+        if rule == "steps":
+            ep = self.episodes.get(ref)
+            if ep is None:
+                raise MeterError(f"{qual}: these episodes were not reset through the meter")
+            ledger, done, credit = ep["ledger"], ep["done"], ep["credit"]
+            active = ~done
+            paid = active & (credit > 0)
+            unpaid = int((active & ~paid).sum())
+            if unpaid > ledger.remaining:
+                self._exhausted(ep["owner"], ledger, unpaid)
+            value = getattr(obj, attr)(*args, **kwargs)
+            arrays = _arrays(value)
+            if len(arrays) < 3 or tuple(arrays[2].shape) != done.shape or _dtype_name(arrays[2]) != "bool":
+                raise MeterError(f"{qual}: the reply is not (observation, solved, done): not sent")
+            now = np.asarray(_numpy(arrays[2])) | done
+
+            def steps():
+                ledger.served += int(active.sum())
+                ledger.reserved -= int(paid.sum())
+                credit[paid] -= 1
+                ended = now & (credit > 0)  # ended early: the unused prepaid steps are released
+                ledger.reserved -= int(credit[ended].sum())
+                credit[ended] = 0
+                done[:] = now
+
+            commit.append(steps)
+            return value
+        ledger = self.ledgers.get(ref)
+        if ledger is None:
+            raise MeterError(f"{qual}: no budget on the meter to count it against")
+        if "claim" in rule:
+            value = getattr(obj, attr)(*args, **kwargs)
+            keys = _level_keys(got[rule["claim"]])
+            vref = self._ref_of(value)
+            if vref is None or len(value) != len(keys):
+                raise MeterError(f"{qual}: the reply is not a batch of {len(keys)} episodes: not sent")
+
+            def claim():
+                credit = np.zeros(len(keys), dtype=np.int64)
+                for i, k in enumerate(keys):
+                    left = ledger.prepaid.get(k)
+                    if left:
+                        credit[i] = left.pop()
+                        if not left:
+                            del ledger.prepaid[k]
+                self.episodes[vref] = {
+                    "ledger": ledger,
+                    "owner": name,
+                    "done": np.zeros(len(keys), dtype=bool),
+                    "credit": credit,
+                }
+
+            commit.append(claim)
+            return value
+        if "prepay" in rule:
+            n, per = got[rule["prepay"]], self._bound(ref, obj, rule["per"])
+            asked = n * per
+            if asked > ledger.remaining:
+                self._exhausted(name, ledger, asked)
+            value = getattr(obj, attr)(*args, **kwargs)
+            keys = _level_keys(value)
+            if len(keys) != n:
+                raise MeterError(f"{qual}: the reply is not {n} levels: not sent")
+
+            def prepay():
+                ledger.reserved += asked
+                for k in keys:
+                    ledger.prepaid.setdefault(k, []).append(per)
+
+            commit.append(prepay)
+            return value
+        if "rows" in rule:
+            rows = int(got[rule["rows"]].shape[0])
+            worst, actual_of = rows, None
+        elif "tokens" in rule:
+            first = got[rule["tokens"][0]]
+            rows = int(first.shape[0])
+            fixed = sum(_nonpad(got[a], rule.get("pad", 0)) for a in rule["tokens"] if a in got)
+            worst = fixed + rows * int(self._bound(ref, obj, rule.get("per_row", 0)))
+            k = rule.get("reply")
+            actual_of = lambda arrays: fixed + (_nonpad(arrays[k], rule.get("pad", 0)) if k is not None else 0)
+        else:
+            raise MeterError(f"{qual}: no count rule {rule!r}")
+        if worst > ledger.remaining:
+            self._exhausted(name, ledger, worst)
+        value = getattr(obj, attr)(*args, **kwargs)
+        arrays = _arrays(value)
+        if not arrays or any(tuple(a.shape[:1]) != (rows,) for a in arrays):
+            raise MeterError(f"{qual}: the reply is not {rows} rows: not sent")
+        actual = worst if actual_of is None else actual_of(arrays)
+        if actual > worst:
+            raise MeterError(f"{qual}: the reply counts {actual} {ledger.unit}, over the {worst} checked: not sent")
+
+        def count():
+            ledger.served += actual
+
+        commit.append(count)
+        return value
+
     def report(self) -> dict:
-        """What each constructed object has counted (its declared attributes), for the harness."""
+        """Per constructed object, the wire's own count (authoritative: `served`, `budget`,
+        `remaining`, in `unit`) and under `class` what the object says of itself (its attributes)."""
         out = {"calls": self.calls}
         with self.lock:
             for name, ref in self.singletons.items():
                 _, obj = self.objects[ref]
                 vals = {}
                 for a in self.spec["classes"][name]["attributes"]:
-                    v = getattr(obj, a, None)
+                    try:
+                        v = getattr(obj, a, None)
+                    except Exception:
+                        v = None
                     if isinstance(v, (int, float, str, bool)) or v is None:
                         vals[a] = v
-                out[name] = vals
+                out[name] = {**self.ledgers[ref].report(), "class": vals}
         return out
 
 
