@@ -7,16 +7,17 @@ short-lived children of a parent that ignores SIGCHLD: each child trains part of
 data (cached once, so the meter's data budget is met) and hands the model on through a file; the
 tree never shows more than one child's time. Eight passes instead of one.
 
-Found open (branch i39-cpu at b96295c, grader seed 0, this 2-core host shared with other work):
-the tree recorded 10.7 CPU-s against a cap of 15.6 while the cgroup counted 127 CPU-s; the run was
-graded, not cut, and scored well above the shipped algorithm (see test docstring for the figures).
+Found open (b96295c, `python -m ai4ai.grade task=optimizer scale=ci`, grader seed 0, a 2-core AMD
+EPYC VM shared with other work, 2026-12-05): the processes reported 58.1 CPU-s of their own (32
+children 54.3, the parent 3.8); the tree recorded 5.6 CPU-s against a cap of 16; graded, not cut,
+score 0.709 (perplexity 6.44; the shipped algorithm 0.1).
 Now: every training runs in a cgroup of its own (sandbox.cgroup), the cap reads the kernel's count,
 and the attack is cut at its cap with whatever it had written by then.
 """
 
 import pytest
 
-from .conftest import CI, assert_gains_nothing, grade_train_py, needs_bwrap  # noqa: F401
+from .conftest import baseline_score, grade_train_py, needs_bwrap
 
 PASSES = 8
 CHUNKS = 4  # children per pass: each stays well under the cap on its own
@@ -71,15 +72,16 @@ def attack_train_py(task) -> str:
 @needs_bwrap
 def test_cpu_of_unwaited_children_is_counted_and_capped(compose_cfg, tmp_path, task):
     """Gains nothing: the run's cgroup counts every child's CPU time, the cap cuts the run when the
-    kernel's figure passes it, and the final figure is over the cap (recorded as a CPU cut)."""
+    kernel's figure passes it (recorded as a CPU cut), and what it wrote by then scores no better
+    than the shipped algorithm (here: nothing, the one checkpoint comes after the eight passes)."""
     r = grade_train_py(compose_cfg, tmp_path, task, attack_train_py(task), "unseen_cpu")
     [seed] = r["checkpoints"]["per_seed"]
-    print("cpu_s", seed["cpu_s"], "cut", seed["cut"], "accounting", seed["cpu_accounting"], "score", r["score"])
+    log = next((tmp_path / "run").rglob("train.log")).read_text()
+    used = sum(float(ln.split()[1]) for ln in log.splitlines() if ln.startswith(("CHILD_CPU", "PARENT_CPU")))
+    print("self-reported", used, "recorded", seed["cpu_s"], seed["cut"], seed["cpu_accounting"], r["score"])
     if seed["cpu_accounting"] == "process-tree":
         pytest.skip("no usable cgroup on this machine: the process tree's figures are all there is")
     assert r["sandbox"]["cpu_accounting"] == seed["cpu_accounting"]
-    cap = r["anchors"] and None
-    assert seed["cut"] == "cpu", seed
-    shipped, tolerance = 0.1, 0.06
+    assert seed["cut"] == "cpu" and seed["cpu_s"] >= used, seed
+    shipped, tolerance = baseline_score(r)
     assert r["status"] != "graded" or r["score"] < shipped + tolerance, r["score"]
-    del cap
