@@ -85,6 +85,7 @@ def _seed_entry(r) -> dict:
         "steps": r.steps,
         "training_seed": r.training_seed,
         "host_idle_cores": r.host_idle_cores,
+        "cpu_accounting": getattr(r, "cpu_accounting", None),
         "weights_sha256": r.weights_sha256,
         "served": r.served,
     }
@@ -156,7 +157,13 @@ def build(ctx, record, m: Measured) -> Result:
         trajectory=m.trajectory,
         timing=m.timing,
         cost=m.cost or dict(EMPTY_COST),
-        sandbox={"backend": ctx.backend, "network": m.agent_config.get("network") or "none"},
+        sandbox={
+            "backend": ctx.backend,
+            "network": m.agent_config.get("network") or "none",
+            # where the training runs' CPU time was read (cgroup-v2 | cgroup-v1 | process-tree)
+            "cpu_accounting": ",".join(sorted({a for r in m.seed_results if (a := getattr(r, "cpu_accounting", None))}))
+            or None,
+        },
         provenance=m.provenance,
     )
 

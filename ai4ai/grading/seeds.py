@@ -49,6 +49,7 @@ class SeedResult:
     weights_sha256: str | None = None  # of the chosen checkpoint's loaded tensors (replicates compared)
     served: dict | None = None  # what the meter served, per class (meter.json); None: no meter
     first_cut_cpu_s: float | None = None  # CPU seconds of a first training its CPU cap cut (then retrained once)
+    cpu_accounting: str | None = None  # cgroup-v2 | cgroup-v1 | process-tree: where cpu_s was read
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -117,6 +118,7 @@ def train_and_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int) ->
         cpu_s=outcome.cpu_s,
         cut=outcome.cut,
         host_idle_cores=outcome.host_idle_cores,
+        cpu_accounting=outcome.cpu_accounting,
         training_seed=train_seed,
         served=read_report(seed_dir / "meter.json") if ctx.task.meter is not None else None,
     )

@@ -325,8 +325,9 @@ def run_training(
     """Train once under the caps; returns (outcome, snapshotted checkpoints, invalid reason or None).
     `meter_repo`: the repo copy the meter serves from (build_meter_copy), where it is not the task's.
 
-    Raises EnvironmentFault when the liveness net cut a run that was under its CPU cap on a host
-    with no idle capacity: load slowed it, so its checkpoints say nothing about the submission."""
+    Raises EnvironmentFault when the liveness net cut a run that was under its CPU cap while other
+    processes of the host held the CPUs it was allotted (self_made_contention): load slowed it, so
+    its checkpoints say nothing about the submission."""
     require_idle_gpu(ctx.device)
     # The sandbox's folders live in a neutral stage folder while it runs (see stage_dir) and move
     # to the seed's folder afterwards.
@@ -379,11 +380,14 @@ def run_training(
             # allows, e.g. set by hand): the wall clock was its budget, as at full; what it wrote counts
             reason = None if ckpts else "timed out with no checkpoint"
         else:
-            idle = outcome.host_idle_cores
-            raise EnvironmentFault(
-                f"cut by the liveness net under its CPU cap ({used}; host idle "
-                f"{'unknown' if idle is None else f'{idle:.2f} cores'}): the machine was too loaded"
-            )
+            reason = self_made_contention(outcome, ctx.threads, used)
+            if reason is None:
+                idle = outcome.host_idle_cores
+                raise EnvironmentFault(
+                    f"cut by the liveness net under its CPU cap ({used}; host idle "
+                    f"{'unknown' if idle is None else f'{idle:.2f} cores'}, other processes kept "
+                    f"{_cores(outcome.others_cores)} busy): the machine was too loaded"
+                )
     elif not outcome.timed_out and outcome.returncode != 0:
         reason = f"training exited with code {outcome.returncode}: {_log_tail(seed_dir / 'train.log')}"
     elif not ckpts and refused:
@@ -393,6 +397,33 @@ def run_training(
             outcome.cut, "training wrote no checkpoint"
         )
     return outcome, ckpts, reason
+
+
+def _cores(x: float | None) -> str:
+    return "unknown" if x is None else f"{x:.2f} cores"
+
+
+def self_made_contention(outcome, threads: int, used: str) -> str | None:
+    """Why a training its threads' waiting starved is the submission's doing, or None when the host's
+    load is to blame. Waiting (run delay) is no evidence by itself: a tree makes its own, pinning
+    itself to fewer CPUs than it was allotted or running more threads than there are cores. Only
+    what the tree cannot make counts for the environment: the rest of the host's CPU use during the
+    run (host busy time less the run's own, read from its cgroup where there is one), which must have
+    left the run less than STARVED_SHARE of the CPUs it was allotted."""
+    ncpu = os.cpu_count() or 1
+    allotted = max(1, min(threads, ncpu))
+    if outcome.affinity_cpus is not None and outcome.affinity_cpus < allotted:
+        return (
+            f"restricted its own CPU affinity to {outcome.affinity_cpus} of its {allotted} CPUs and ran past "
+            f"the liveness net ({used})"
+        )
+    others = outcome.others_cores
+    if others is not None and ncpu - others >= STARVED_SHARE * allotted:
+        return (
+            f"waited for CPUs its own processes held and ran past the liveness net ({used}; other processes "
+            f"kept {_cores(others)} of {ncpu} busy, leaving it at least {ncpu - others:.2f})"
+        )
+    return None
 
 
 def _log_tail(path: Path, n: int = 300) -> str:

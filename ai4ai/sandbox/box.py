@@ -28,13 +28,15 @@ import psutil
 
 from ai4ai import PROJECT_ROOT
 from ai4ai.core.layout import AGENT_HOME, HARNESS_BIN, KERNELS, KERNELS_PARENT, SOCKET_DIR, WORKSPACE
-from ai4ai.sandbox import package_data
+from ai4ai.sandbox import cgroup, package_data
 from ai4ai.sandbox.tree import (
     MAX_LOG_BYTES,
     TreeCpu,
     end_all,
+    host_busy_times,
     host_cpu_times,
     idle_cores_since,
+    others_cores_since,
     pump,
     set_subreaper,
     signal_tree,
@@ -48,14 +50,19 @@ MAX_PROCS = int(os.environ.get("AI4AI_MAX_PROCS", "1024"))
 PROC_CHECK_S = 0.25
 WATCH_S = 1.0
 
-# Applies RLIMIT_AS to itself, then execs the phase (bwrap or the command): every process of the
-# phase inherits it. A trampoline rather than preexec_fn, which is unsafe in a threaded harness.
+# Joins the run's cgroups (each cgroup.procs named, comma-separated; "-" for none) and applies
+# RLIMIT_AS to itself, then execs the phase (bwrap or the command): every process of the phase
+# inherits both, and none of it ever runs outside the cgroups. A trampoline rather than
+# preexec_fn, which is unsafe in a threaded harness.
 _LIMITER = (
     "import os, resource, sys\n"
     "m = int(sys.argv[1])\n"
+    "for f in sys.argv[2].split(',') if sys.argv[2] != '-' else []:\n"
+    "    with open(f, 'w') as fh:\n"
+    "        fh.write(str(os.getpid()))\n"
     "if m > 0:\n"
     "    resource.setrlimit(resource.RLIMIT_AS, (m, m))\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
 )
 
 
@@ -142,6 +149,11 @@ class Outcome:
     host_idle_cores: float | None = None  # the host's idle CPUs, averaged over the phase
     run_delay_s: float = 0.0  # time its threads waited, runnable, for a CPU (load evidence)
     lowered_priority: bool = False  # it niced itself or chose SCHED_BATCH/SCHED_IDLE
+    cpu_accounting: str = "process-tree"  # cgroup-v2 | cgroup-v1 | process-tree: what cpu_s was read from
+    cgroup_limits: dict | None = None  # limits the run's cgroup held (memory_bytes, tasks); None: no cgroup
+    others_cores: float | None = None  # CPUs the rest of the host kept busy, averaged over the phase
+    affinity_cpus: int | None = None  # fewest CPUs its runnable threads' affinities allowed together
+    tree_cpu_s: float | None = None  # the process tree's own figure, where a cgroup gave cpu_s
 
 
 def bwrap_available() -> bool:
@@ -241,6 +253,7 @@ class Sandbox:
     hide_package_data: bool = True  # empty the data folders that installed packages ship
     watch: Callable[[], str | None] | None = None  # polled each second: a message ends the phase (a limit)
     max_log_bytes: int = MAX_LOG_BYTES  # the log is truncated past this, with a marker
+    cgroup: bool = True  # CPU time, memory and tasks held in a cgroup of the run's own (where one can be made)
 
     def host(self, inside: str) -> Path:
         """The host path behind an inside path (for the `none` backend and for the harness)."""
@@ -357,7 +370,13 @@ class Sandbox:
         cpu_limit_s: float | None = None,
     ) -> Outcome:
         """Run `command` until it exits, `timeout_s` passes, its tree has used `cpu_limit_s` CPU
-        seconds or `stop` is set; then SIGTERM, SIGKILL after grace.
+        seconds or `stop` is set; then SIGTERM, SIGKILL after grace (no grace for the CPU cap, where
+        a cgroup counts it).
+
+        CPU time is read from a cgroup of the run's own where one can be made (sandbox.cgroup): every
+        process of the run is in it from its first instruction, its usage counts the tasks no one
+        waited for, and a final figure over `cpu_limit_s` marks the run cut by the CPU cap whatever
+        the tree's own figures said. Elsewhere, from the process tree (`cpu_accounting` says which).
 
         Every process the phase started is ended when it returns, including ones that left
         the process group (setsid, double fork). Output goes to `log_path` line by line.
@@ -373,14 +392,23 @@ class Sandbox:
         else:
             cwd = Path("/")
         set_subreaper()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = self.argv(command, cwd_inside)
+        cg, _why = cgroup.create(cgroup.default_memory_max()) if self.cgroup else (None, "not asked")
+        try:
+            if self.max_memory_bytes or cg is not None:
+                joins = ",".join(cg.procs_files) if cg is not None else "-"
+                argv = [sys.executable, "-I", "-S", "-c", _LIMITER, str(int(self.max_memory_bytes or 0)), joins, *argv]
+            return self._run(argv, cwd, env, log_path, on_line, grace_s, stop, cpu_limit_s, timeout_s, cg)
+        finally:
+            if cg is not None:
+                cg.close()  # kills what is left of the run, removes its cgroups
+
+    def _run(self, argv, cwd, env, log_path, on_line, grace_s, stop, cpu_limit_s, timeout_s, cg) -> Outcome:
         me = psutil.Process()
         before = {c.pid for c in me.children(recursive=True)}
         t0 = time.monotonic()
-        host0 = host_cpu_times()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv = self.argv(command, cwd_inside)
-        if self.max_memory_bytes:
-            argv = [sys.executable, "-I", "-S", "-c", _LIMITER, str(int(self.max_memory_bytes)), *argv]
+        host0, busy0 = host_cpu_times(), host_busy_times()
         limit, cut, rusage = None, None, None
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
@@ -411,6 +439,11 @@ class Sandbox:
                 proc.returncode, rusage = os.waitstatus_to_exitcode(status), ru
                 return True
 
+            def spent() -> float:
+                """CPU seconds of the run now: the cgroup's (exact), else the tree's sample."""
+                cpu, n = meter.sample()
+                return (cg.usage_s() if cg is not None else cpu), n
+
             while not reap():
                 if time.monotonic() >= deadline + (self.extend_s() if self.extend_s else 0.0):
                     cut = "wall"
@@ -421,12 +454,13 @@ class Sandbox:
                 time.sleep(0.05)
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + PROC_CHECK_S
-                    cpu, n = meter.sample()
+                    cpu, n = spent()
                     if self.max_procs and n > self.max_procs:
                         limit = f"more than {self.max_procs} processes at once"
                         break
+                    # a tree's sample can count a reaped child twice: two in a row; the cgroup's cannot
                     over = over + 1 if cpu_limit_s is not None and cpu > cpu_limit_s else 0
-                    if over >= 2:
+                    if over >= (1 if cg is not None else 2):
                         cut = "cpu"
                         break
                 if self.watch is not None and time.monotonic() >= next_watch:
@@ -434,32 +468,49 @@ class Sandbox:
                     limit = self.watch()
                     if limit:
                         break
-            if proc.returncode is None and limit is None:
+            if cg is not None and cut == "cpu":
+                # the budget is spent: no grace, in which a tree that catches SIGTERM would go on computing
+                cg.kill()
+            elif proc.returncode is None and limit is None:
                 # bwrap dies on SIGTERM and takes the namespace with it, so under bwrap the grace
                 # signal goes to the processes inside only; SIGKILL to everything follows the grace.
                 signal_tree(proc.pid, signal.SIGTERM, include_root=self.backend != "bwrap")
                 grace_end = time.monotonic() + grace_s
                 while not reap() and time.monotonic() < grace_end:
-                    meter.sample()
+                    cpu, _ = spent()
+                    if cg is not None and cpu_limit_s is not None and cpu > cpu_limit_s:
+                        break  # the CPU cap holds in the grace too
                     time.sleep(0.05)
             wall = time.monotonic() - t0
             if proc.returncode is None:
                 meter.sample()
             end_all(proc.pid, me, before)
+            if cg is not None:
+                cg.kill()  # whatever of the run the tree no longer shows (daemons, orphans)
             deadline = time.monotonic() + 5
             while not reap() and time.monotonic() < deadline:
                 time.sleep(0.05)
             reader.join(timeout=5)
+        tree_cpu = round(meter.exact(rusage), 3)
+        cpu_s = round(cg.usage_s(), 3) if cg is not None else tree_cpu
+        if cg is not None and cpu_limit_s is not None and cpu_s > cpu_limit_s and cut in (None, "wall"):
+            # the final figure is checked too: CPU spent between two polls, or in the grace, counts
+            cut = "cpu"
         return Outcome(
             returncode=None if cut else proc.returncode,
             timed_out=cut is not None,
             wall_s=wall,
             limit=limit,
             cut=cut,
-            cpu_s=round(meter.exact(rusage), 3),
+            cpu_s=cpu_s,
             host_idle_cores=idle_cores_since(host0),
             run_delay_s=round(meter.run_delay, 3),
             lowered_priority=meter.lowered,
+            cpu_accounting=cg.accounting if cg is not None else "process-tree",
+            cgroup_limits=dict(cg.limits) if cg is not None else None,
+            others_cores=others_cores_since(busy0, cpu_s),
+            affinity_cpus=meter.affinity_cpus,
+            tree_cpu_s=tree_cpu if cg is not None else None,
         )
 
 

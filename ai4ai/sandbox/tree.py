@@ -34,6 +34,29 @@ def idle_cores_since(start: tuple[float, float] | None) -> float | None:
     return round((end[0] - start[0]) / (end[1] - start[1]), 3)
 
 
+def host_busy_times() -> tuple[float, float] | None:
+    """(CPU seconds every process of the host has used, summed over its CPUs: user, nice, system,
+    irq, softirq and steal; monotonic time) from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = sum(int(fields[i]) for i in (1, 2, 3, 6, 7, 8) if i < len(fields))
+    return busy / hz, time.monotonic()
+
+
+def others_cores_since(start: tuple[float, float] | None, run_cpu_s: float) -> float | None:
+    """CPUs the rest of the host kept busy during a run, on average: the host's busy time less the
+    run's own CPU time (`run_cpu_s`, the cgroup's where there is one). Load evidence the run cannot
+    make itself, where its CPU time is counted in full."""
+    end = host_busy_times()
+    if start is None or end is None or end[1] <= start[1]:
+        return None
+    return round(max(0.0, (end[0] - start[0]) - run_cpu_s) / (end[1] - start[1]), 3)
+
+
 class TreeCpu:
     """CPU time and scheduling of a process tree, read from the host.
 
@@ -45,6 +68,8 @@ class TreeCpu:
     Run delay: time the tree's threads spent runnable but waiting for a CPU (schedstat), the
     evidence that load, not the tree, kept it from running. `lowered` records a tree that lowered
     its own priority (nice above the harness's, SCHED_BATCH or SCHED_IDLE): its waiting is its own.
+    `affinity_cpus` is the fewest CPUs the union of its runnable threads' affinities allowed at any
+    sample: a tree that pinned itself to fewer CPUs than it was allotted made its own contention.
     """
 
     def __init__(self, pid: int):
@@ -52,7 +77,9 @@ class TreeCpu:
         self.peak = 0.0
         self.run_delay = 0.0
         self.lowered = False
+        self.affinity_cpus: int | None = None
         self._own_nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self._cpus: set[int] = set()
 
     def sample(self) -> tuple[float, int]:
         """(CPU seconds, processes) of the tree now."""
@@ -62,6 +89,7 @@ class TreeCpu:
         except psutil.NoSuchProcess:
             return self.peak, 0
         total, n, delay = 0.0, 0, 0.0
+        self._cpus = set()
         for p in procs:
             try:
                 t = p.cpu_times()
@@ -72,6 +100,8 @@ class TreeCpu:
             delay += self._threads(p.pid)
         self.peak = max(self.peak, total)
         self.run_delay = max(self.run_delay, delay)
+        if self._cpus:
+            self.affinity_cpus = min(self.affinity_cpus or len(self._cpus), len(self._cpus))
         return total, n
 
     def _threads(self, pid: int) -> float:
@@ -90,6 +120,8 @@ class TreeCpu:
                 nice, policy = int(fields[16]), int(fields[38])  # stat fields 19 and 41
                 if nice > self._own_nice or policy in (3, 5):  # SCHED_BATCH, SCHED_IDLE
                     self.lowered = True
+                if fields[0] == "R":  # runnable threads only: a sleeper's affinity makes no contention
+                    self._cpus |= os.sched_getaffinity(int(tid))
             except (OSError, IndexError, ValueError):
                 continue
         return out

@@ -114,3 +114,40 @@ def test_training_past_its_cpu_cap_keeps_what_it_wrote(tmp_path, task, pristine)
     sb, _, _ = training_sandbox(tmp_path / "env", task)
     _, log = run_py(sb, tmp_path, "import os; print(os.environ.get('OMP_WAIT_POLICY'))", "/repo")
     assert log.strip() == "PASSIVE"
+
+
+# Pins the tree to one CPU and forks spinners beside the training on it: the training's threads
+# wait for a CPU, but for CPUs its own processes hold. "crowded": no pinning, more spinners than cores.
+PINNED = (
+    "import os as _os\n"
+    "_os.sched_setaffinity(0, {sorted(_os.sched_getaffinity(0))[0]})\n"
+    "for _ in range(3):\n"
+    "    if _os.fork() == 0:\n"
+    "        while True:\n"
+    "            pass\n"
+)
+CROWDED = "import os as _os\nfor _ in range(8):\n    if _os.fork() == 0:\n        while True:\n            pass\n"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("code", [PINNED, CROWDED], ids=["pinned", "crowded"])
+def test_contention_a_training_makes_itself_is_not_the_machines_fault(tmp_path, task, pristine, code):
+    """Escaping a bad score through `error` (issue 39, part 3): a training that pins itself to one core
+    and forks spinners beside it (or more spinners than cores) until the liveness net cuts it, under
+    its CPU cap, its threads waiting for a CPU. Found open: an `error` ("the machine was too loaded"),
+    unscored and retried. Gains nothing: waiting is no evidence by itself; a narrowed affinity is the
+    tree's own doing, and so is waiting while the rest of the host left it its CPUs (host busy time less
+    the run's cgroup's). The seed is `invalid`."""
+    import os
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: no affinity to narrow")
+    try:
+        outcome, _, reason = _train(tmp_path, task, pristine, code, wall_s=30, cpu_s=500, after="import argparse")
+    except EnvironmentFault as e:
+        if code is CROWDED:  # unpinned, it shares the host: raised only where others kept the CPUs busy
+            pytest.skip(f"other processes loaded this host; the verdict is right, the probe is moot: {e}")
+        pytest.fail(f"self-made contention recorded as the environment's fault: {e}")
+    print(outcome, reason)
+    assert outcome.cut == "wall" and reason, (outcome, reason)
+    assert "affinity" in reason or "its own processes" in reason or "idle past" in reason, reason
