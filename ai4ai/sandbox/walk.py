@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 MAX_DEPTH = 32  # folder levels below the root a walk enters (a repo copy has at most 4)
 MAX_ENTRIES = 100_000  # entries a walk lists, all folders together (a repo copy has a few hundred)
+UNBOUNDED = 1 << 62  # for a walk of the harness's own copies, where only the recursion was the problem
 MAX_SHOWN = 200  # characters of a path a message shows
 
 
