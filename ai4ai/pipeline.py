@@ -395,7 +395,8 @@ def record_failure(
         except Exception:
             pass
     outcome = read_json(rd.agent_outcome, {})
-    scored = Scored(status, reason, [], [], None, None, None)
+    # invalid scores 0, as a submission whose every seed is invalid does (scoring.pooled_sigma)
+    scored = Scored(status, reason, [], [], None, None, 0.0 if refused else None)
     try:
         res = finish(
             ctx, cell, record_, Graded(sub, scored, [], agent_timing(outcome), agent_cost(outcome.get("usage")))

@@ -57,8 +57,8 @@ def _kind(e: os.DirEntry) -> str:
 def walk(
     root,
     skip: frozenset | set = frozenset(),
-    max_depth: int = MAX_DEPTH,
-    max_entries: int = MAX_ENTRIES,
+    max_depth: int | None = None,
+    max_entries: int | None = None,
     problems: dict | None = None,
 ) -> Iterator[tuple[str, int, list[Entry]]]:
     """(folder's rel path ("" for the root), its open descriptor, its entries) for every folder under
@@ -66,10 +66,13 @@ def walk(
 
     Folders named in `skip` are listed as entries but not entered. A folder that cannot be opened or
     listed (unreadable, swapped for a link) and one deeper than `max_depth` are not entered, with a
-    reason in `problems` ({rel: reason}). More than `max_entries` entries raise WalkRefused. A caller
+    reason in `problems` ({rel: reason}). More than `max_entries` entries raise WalkRefused. The bounds
+    default to MAX_DEPTH and MAX_ENTRIES. A caller
     may remove entries of kind "dir" from the list it is given to keep the walk out of them.
     """
     problems = {} if problems is None else problems
+    max_depth = MAX_DEPTH if max_depth is None else max_depth  # read at call time: tests lower them
+    max_entries = MAX_ENTRIES if max_entries is None else max_entries
     count = 0
 
     def listing(fd: int, rel: str) -> list[Entry] | None:
