@@ -203,6 +203,15 @@ def apply_hunks(old: str, hunks: list) -> str:
     return "".join(out)
 
 
+def read_if_file(p: Path) -> str | None:
+    """The text of a regular file, or None: for any path a patch names, a name too long for the
+    file system included (Path.is_file raises ENAMETOOLONG rather than answer False)."""
+    try:
+        return p.read_text() if p.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 @dataclass(frozen=True)
 class FileChange:
     """What one file section does to a tree, or why it was not applied."""
@@ -229,7 +238,7 @@ def apply_patch(text: str, root: Path, check: Callable[[str], str | None] | None
             yield FileChange(rel, None, None, reason)
             continue
         base = Path(root) / rel
-        old = base.read_text() if section.old is not None and base.is_file() else None
+        old = read_if_file(base) if section.old is not None else None
         if section.old is not None and old is None:
             yield FileChange(rel, None, None, MISSING)
             continue

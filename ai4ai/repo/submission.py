@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ai4ai.core.task import Task
 from ai4ai.repo.leaks import check_information, check_literals
-from ai4ai.repo.patches import apply_patch, unified_diff
+from ai4ai.repo.patches import apply_patch, read_if_file, unified_diff
 from ai4ai.repo.workspace import SKIP_DIRS
 from ai4ai.sandbox.walk import WalkRefused, shown, walk
 
@@ -95,7 +95,7 @@ def _finish(task: Task, pristine: Path, changes: dict, rejected: dict, scale: st
             rejected[rel] = reason
             continue
         old_path = pristine / rel
-        old = old_path.read_text() if old_path.is_file() else None
+        old = read_if_file(old_path)
         text = new.decode("utf-8") if new is not None else None
         if old != text:
             kept[rel] = (old, text)

@@ -38,7 +38,10 @@ def shown(rel: str) -> str:
     """A path as a message or record may show it: printable ASCII (odd bytes and newlines escaped),
     at most MAX_SHOWN characters."""
     text = rel if rel.isascii() and rel.isprintable() else ascii(rel)[1:-1]
-    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 12] + f"...({len(text)} chars)"
+    if len(text) <= MAX_SHOWN:
+        return text
+    more = f"...({len(text)} chars)"
+    return text[: MAX_SHOWN - len(more)] + more
 
 
 def _kind(e: os.DirEntry) -> str:
