@@ -238,8 +238,16 @@ def take_submission(
     ctx: RunContext, cfg: DictConfig, pristine: Path, ws: Path, server: ProxyServer, outcome: AgentOutcome
 ) -> Submission:
     """Step 6: the editable files as the window left them (or the marked or best proxied ones)."""
-    final = from_workspace(ctx.task, pristine, ws, scale=ctx.scale)
-    sub, source = choose_submission(str(cfg.submission), final, server)
+    try:
+        final = from_workspace(ctx.task, pristine, ws, scale=ctx.scale)
+    except WalkRefused:
+        # the workspace as the window left it is refused; a submission marked (or proxied) while it
+        # could still be read stands where the policy takes it, else the run is recorded invalid
+        sub, source = choose_submission(str(cfg.submission), None, server)
+        if sub is None:
+            raise
+    else:
+        sub, source = choose_submission(str(cfg.submission), final, server)
     write_submission_record(ctx.run_dir, sub, source)
     if not outcome.error:
         say(

@@ -208,3 +208,25 @@ def test_a_harness_fault_after_the_window_is_recorded(compose_cfg, tmp_path, mon
     assert "Traceback" in (run_dir / ".harness" / "faults.log").read_text()
     results, phases = _rows(Path(cfg.results_db))
     assert [s for s, _ in results] == ["error"] and phases == ["error"]
+
+
+def test_a_submission_marked_before_the_tree_grew_still_stands(tmp_path, ws, task, pristine, monkeypatch):
+    """The agent marked a submission (ai4ai-proxy --submit), then left a tree over the bounds: under the
+    `marked` policy the marked submission is taken; under `final` the refusal stands."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(walk_mod, "MAX_ENTRIES", 500)
+    (ws / "optim.py").write_text((ws / "optim.py").read_text() + "\n# marked\n")
+    marked = from_workspace(task, pristine, ws, scale="ci")
+    (ws / "wide").mkdir()
+    for i in range(600):
+        (ws / "wide" / f"f{i}").write_bytes(b"")
+    ctx = SimpleNamespace(task=task, scale="ci", run_dir=tmp_path / "run")
+    ctx.run_dir.mkdir()
+    server = SimpleNamespace(marked=marked, snapshots=[])
+    outcome = SimpleNamespace(error=None)
+    sub = pipeline.take_submission(ctx, SimpleNamespace(submission="marked"), pristine, ws, server, outcome)
+    assert sub is marked and list(sub.files) == ["optim.py"]
+    assert json.loads((ctx.run_dir / "submission.json").read_text())["source"] == "marked"
+    with pytest.raises(WalkRefused):
+        pipeline.take_submission(ctx, SimpleNamespace(submission="final"), pristine, ws, server, outcome)
