@@ -8,6 +8,7 @@ The commands (run.py, grade.py) only compose a config and call these.
 from __future__ import annotations
 
 import time
+import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from ai4ai.repo.patches import PatchFormatError, parse_patch
 from ai4ai.repo.submission import Submission, from_patch, from_workspace
 from ai4ai.repo.workspace import agent_workspace, pristine_copy
 from ai4ai.sandbox.box import agent_sandbox
+from ai4ai.sandbox.walk import WalkRefused, shown
 from ai4ai.window.instructions import render
 from ai4ai.window.proxy import ProxyServer, choose_submission, client_bin, write_submission_record
 
@@ -79,14 +81,20 @@ def run(cfg: DictConfig, run_dir: Path) -> dict | None:
     say(f"run {ctx.task.name} with agent {cell.label} at scale {ctx.scale} -> {ctx.run_dir}")
     record_ = anchors.ensure(ctx)  # 3. anchors, before the window opens
     pristine, ws = prepare_workspace(ctx)  # 4. pristine copy and agent workspace
-    outcome, server = run_agent(ctx, cell, mod, record_, pristine, ws)  # 5. the agent's window
-    sub = take_submission(ctx, cfg, pristine, ws, server, outcome)  # 6. its submission
-    if outcome.error:  # the agent never worked (e.g. never reached its model API): error, not graded
-        say(f"agent error: {outcome.error}")
-        scored = Scored("error", outcome.error, [], [], None, None, None)
-        return finish(ctx, cell, record_, Graded(sub, scored, [], agent_timing(outcome), agent_cost(outcome.usage)))
-    record.mark_cell(cell.db, cell.key, ctx.run_dir, "agent_done")
-    return grade_and_record(ctx, cell, sub, record_, agent_timing(outcome), agent_cost(outcome.usage))  # 7.
+    try:
+        outcome, server = run_agent(ctx, cell, mod, record_, pristine, ws)  # 5. the agent's window
+        sub = take_submission(ctx, cfg, pristine, ws, server, outcome)  # 6. its submission
+        if outcome.error:  # the agent never worked (e.g. never reached its model API): error, not graded
+            say(f"agent error: {outcome.error}")
+            scored = Scored("error", outcome.error, [], [], None, None, None)
+            return finish(ctx, cell, record_, Graded(sub, scored, [], agent_timing(outcome), agent_cost(outcome.usage)))
+        record.mark_cell(cell.db, cell.key, ctx.run_dir, "agent_done")
+    except Exception as e:  # whatever the agent left, or the harness failed at: recorded, never lost
+        return record_failure(ctx, cell, record_, e)
+    try:
+        return grade_and_record(ctx, cell, sub, record_, agent_timing(outcome), agent_cost(outcome.usage))  # 7.
+    except Exception as e:  # the cell stays agent_done: a rerun resumes at grading
+        return record_failure(ctx, cell, record_, e, sub=sub, mark=False)
 
 
 def plan(cfg: DictConfig, run_dir: Path) -> tuple[RunContext, Cell, object]:
@@ -230,8 +238,16 @@ def take_submission(
     ctx: RunContext, cfg: DictConfig, pristine: Path, ws: Path, server: ProxyServer, outcome: AgentOutcome
 ) -> Submission:
     """Step 6: the editable files as the window left them (or the marked or best proxied ones)."""
-    final = from_workspace(ctx.task, pristine, ws, scale=ctx.scale)
-    sub, source = choose_submission(str(cfg.submission), final, server)
+    try:
+        final = from_workspace(ctx.task, pristine, ws, scale=ctx.scale)
+    except WalkRefused:
+        # the workspace as the window left it is refused; a submission marked (or proxied) while it
+        # could still be read stands where the policy takes it, else the run is recorded invalid
+        sub, source = choose_submission(str(cfg.submission), None, server)
+        if sub is None:
+            raise
+    else:
+        sub, source = choose_submission(str(cfg.submission), final, server)
     write_submission_record(ctx.run_dir, sub, source)
     if not outcome.error:
         say(
@@ -335,6 +351,70 @@ def finish(ctx: RunContext, cell: Cell, record_: records.Record | None, g: Grade
     write_json(rd.result, res)
     record.insert(cell.db, res, ctx.run_dir)
     print(results.final_line(res, ctx.run_dir))
+    return res
+
+
+def record_failure(
+    ctx: RunContext,
+    cell: Cell,
+    record_: records.Record | None,
+    error: Exception,
+    sub: Submission | None = None,
+    mark: bool = True,
+) -> dict:
+    """A failure once the agent phase has started, recorded against the cell: result.json, the
+    database row and the cell's mark, with the reason, so that the cell is never silently rerun.
+
+    A workspace over the walk's bounds (WalkRefused) is the agent's doing: `invalid`, done. Anything
+    else is the harness's: `error`, with its traceback in .harness/faults.log, retried by a rerun until
+    it has happened the same way record.ERROR_REPEATS times. `mark=False` leaves the cell's mark as it
+    is (agent_done: a rerun resumes at grading). Should writing the result itself fail, a minimal
+    result.json still says why."""
+    rd = RunDir(ctx.run_dir)
+    refused = isinstance(error, WalkRefused)
+    status = "invalid" if refused else "error"
+    reason = (
+        f"the workspace was refused after the window: {error}"
+        if refused
+        else f"harness fault after the agent phase started: {type(error).__name__}: {shown(str(error))}"
+    )
+    try:
+        rd.harness.mkdir(parents=True, exist_ok=True)
+        with open(rd.harness / "faults.log", "a") as f:
+            f.write(f"{record.now()} {reason}\n{''.join(traceback.format_exception(error))}\n")
+    except OSError:
+        pass
+    say(("refused: " if refused else "error: ") + reason)
+    repeated = False
+    if not refused and cell.key is not None:
+        try:
+            repeated = record.note_error(cell.db, cell.key, reason) >= record.ERROR_REPEATS
+        except Exception:
+            repeated = False
+        if repeated:
+            reason += (
+                f" [repeated: this cell errored the same way {record.ERROR_REPEATS} times; recorded as done, "
+                "skip_done=false reruns it]"
+            )
+    if sub is None:
+        sub = Submission(files={}, rejected={"*": reason}, patch="", lines_added=0, lines_removed=0)
+        try:
+            write_submission_record(ctx.run_dir, sub, "refused" if refused else "none: harness fault")
+        except Exception:
+            pass
+    outcome = read_json(rd.agent_outcome, {})
+    # invalid scores 0, as a submission whose every seed is invalid does (scoring.pooled_sigma)
+    scored = Scored(status, reason, [], [], None, None, 0.0 if refused else None)
+    try:
+        res = finish(
+            ctx, cell, record_, Graded(sub, scored, [], agent_timing(outcome), agent_cost(outcome.get("usage")))
+        )
+    except Exception as e:  # the last resort: the run folder still says what happened
+        res = {"status": status, "reason": f"{reason}; recording it failed too: {type(e).__name__}: {e}"}
+        write_json(rd.result, {"task": ctx.task.name, "agent": cell.label, "scale": ctx.scale, **res})
+    if cell.key is not None and (mark or repeated):
+        phase = "graded" if refused else record.ERROR_REPEATED if repeated else "error"
+        record.mark_cell(cell.db, cell.key, ctx.run_dir, phase)
     return res
 
 

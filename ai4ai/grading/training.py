@@ -33,6 +33,7 @@ from ai4ai.repo.preparing import read_sums, shrink_env, write_sums
 from ai4ai.repo.submission import Submission, apply
 from ai4ai.repo.workspace import copy_repo, make_read_only, make_writable
 from ai4ai.sandbox.box import KERNELS_DIR, Mount, Sandbox, default_memory_limit
+from ai4ai.sandbox.walk import MAX_DEPTH, WalkRefused, walk
 
 MAX_CKPT_FILES = 3
 
@@ -174,19 +175,28 @@ def out_guard(out: Path, max_bytes: int, max_files: int = MAX_OUT_FILES):
     """A check for Sandbox.run's watch: what the run has written so far, bounded before any copy."""
 
     def check() -> str | None:
-        n, size = 0, 0
-        for root, dirs, files in os.walk(out):
-            for name in dirs + files:
-                n += 1
-                if n > max_files:
-                    return f"more than {max_files} files in its output folder"
-                try:
-                    st = os.lstat(os.path.join(root, name))
-                except OSError:
-                    continue
-                size += st.st_blocks * 512  # space it takes: a sparse file costs what it holds
-                if size > max_bytes:
-                    return f"more than {max_bytes >> 20} MiB in its output folder"
+        # walk.walk, not os.walk: a folder chain deeper than Python's recursion limit raised
+        # RecursionError here; a folder deeper than walk.MAX_DEPTH is a limit of its own, since
+        # what is under it would go uncounted
+        size, deep = 0, {}
+        try:
+            if not out.is_dir():
+                return None
+            for _, fd, entries in walk(out, max_entries=max_files, problems=deep):
+                for e in entries:
+                    try:
+                        st = os.stat(e.name, dir_fd=fd, follow_symlinks=False)
+                    except OSError:
+                        continue
+                    size += st.st_blocks * 512  # space it takes: a sparse file costs what it holds
+                    if size > max_bytes:
+                        return f"more than {max_bytes >> 20} MiB in its output folder"
+        except WalkRefused:
+            return f"more than {max_files} files in its output folder"
+        except OSError:
+            return None
+        if any("levels deep" in why for why in deep.values()):
+            return f"folders more than {MAX_DEPTH} levels deep in its output folder"
         return None
 
     return check

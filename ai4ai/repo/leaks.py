@@ -4,9 +4,11 @@ A patch is code; a model trained beforehand, a dataset or a held source is not. 
 on what actually crossed (the text of the accepted files, never a name or size the agent reports):
 
 - literal caps (`check_literals`): no string, number or constant display long enough to hold weights;
-- the information budget (`check_information`): the compressed size of the whole patch's added text,
-  the pristine sources as a preset dictionary, with allowances for high-entropy runs, numbers and
-  long literals summed over the patch;
+- the information budget (`check_information`): caps on the files a patch creates and on the bytes
+  of its paths (`check_names`), and the compressed size of everything the patch carries (its paths,
+  the positions of its edits and its added text: `measured_stream`), the pristine sources as a
+  preset dictionary, with allowances for high-entropy runs, numbers and long literals summed over
+  the patch;
 - the held sources (`check_held`): a patch may not carry back, verbatim or renamed, a file the meter
   keeps out of the training copy.
 
@@ -65,6 +67,14 @@ LONG_LITERAL_ALLOWANCE = 4_096  # characters of long literals per patch: one at 
 # against levels.py); a renamed copy shares all of it.
 HELD_SHINGLE = 16
 HELD_COVER_MAX = 0.25
+# A patch's paths are information like its text: 162 empty new files whose names spelled 30 KB of
+# weights trained beforehand passed every check and scored 0.921 on agentic_rl at ci (shipped: 0.1),
+# where the same bytes as comments were over the budget 3.7 times. The budget now compresses every
+# path and every edit's position with the added text, and two caps bound what names can carry at all:
+# the shipped examples add at most 2 files, with paths of at most 20 bytes.
+MAX_NEW_FILES = 16  # files a patch may create (8x the examples: an algorithm split into modules)
+MAX_PATH_BYTES = 128  # bytes of one path
+MAX_NAME_BYTES = 1_024  # bytes of all the paths of a patch (new, edited and deleted files; 16 of 64)
 
 
 def check_literals(source: str) -> str | None:
@@ -124,6 +134,7 @@ class _Added:
     """What one file's added lines carry, by kind, with the first line where each kind is seen."""
 
     text: str = ""
+    edits: str = ""  # where the diff changes the file: one "@@ -start,count +start,count" line a change
     base64: int = 0
     hex: int = 0
     digits: int = 0
@@ -137,15 +148,23 @@ class _Added:
             self.first.setdefault(kind, line)
 
 
-def _added_lines(old: str | None, new: str) -> list[int]:
-    """1-based numbers of the lines of `new` that the diff adds."""
-    out = []
-    for tag, _, _, j1, j2 in difflib.SequenceMatcher(
+def _edits(old: str | None, new: str) -> tuple[list[int], str]:
+    """(1-based numbers of the lines of `new` that the diff adds, the positions of its changes as
+    zero-context hunk headers): with the added lines, all that a diff carries beyond the old text."""
+    out, where = [], []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(
         None, _lines(old or ""), _lines(new), autojunk=False
     ).get_opcodes():
+        if tag != "equal":
+            where.append(f"@@ -{i1},{i2 - i1} +{j1},{j2 - j1}\n")
         if tag in ("replace", "insert"):
             out += range(j1 + 1, j2 + 1)
-    return out
+    return out, "".join(where)
+
+
+def _added_lines(old: str | None, new: str) -> list[int]:
+    """1-based numbers of the lines of `new` that the diff adds."""
+    return _edits(old, new)[0]
 
 
 def _docstring_lines(tree: ast.AST) -> set[int]:
@@ -164,9 +183,9 @@ def _docstring_lines(tree: ast.AST) -> set[int]:
 
 def measure_added(rel: str, old: str | None, new: str) -> _Added:
     """Measure the added lines of one file: their text and the high-entropy content in them."""
-    added = _added_lines(old, new)
+    added, where = _edits(old, new)
     lines = _lines(new)
-    m = _Added(text="".join(lines[n - 1] for n in added))
+    m = _Added(text="".join(lines[n - 1] for n in added), edits=where)
     for n in added:
         line = lines[n - 1]
         for run in _RUN.findall(line):
@@ -257,16 +276,60 @@ _KINDS = (  # kind, allowance over the whole patch, what the reason calls it
 )
 
 
+def measured_stream(texts: dict, measured: dict | None = None) -> str:
+    """What the information budget compresses for a patch: for every file (texts is {rel: (old, new)},
+    new None for a deletion), in path order, a line with what happens to it and its path, the
+    positions of its changes and its added lines. Every byte that crosses into the graded copy is
+    here: names, the choice of files created and deleted, where each edit goes, what it adds."""
+    measured = measured or {}
+    out = []
+    for rel, (old, new) in sorted(texts.items()):
+        if new is None:
+            out.append(f"delete {rel}\n")
+            continue
+        m = measured.get(rel) or measure_added(rel, old, new)
+        out.append(f"{'create' if old is None else 'edit'} {rel}\n{m.edits}{m.text}")
+    return "".join(out)
+
+
+def check_names(texts: dict) -> dict:
+    """{rel: reason} for the files of a patch over the caps on names: more than MAX_NEW_FILES new
+    files (each new file is rejected), a path over MAX_PATH_BYTES, or more than MAX_NAME_BYTES of
+    paths in all (each file whose name the patch chose, created or deleted, is rejected)."""
+    reasons: dict[str, list[str]] = {}
+    new = [rel for rel, (old, text) in texts.items() if old is None and text is not None]
+    if len(new) > MAX_NEW_FILES:
+        for rel in new:
+            reasons.setdefault(rel, []).append(
+                f"the patch creates {len(new):,} files (limit {MAX_NEW_FILES}): a file's name and its "
+                "existence are information, like its text"
+            )
+    for rel in texts:
+        if len(rel.encode()) > MAX_PATH_BYTES:
+            reasons.setdefault(rel, []).append(f"path of {len(rel.encode()):,} bytes (limit {MAX_PATH_BYTES})")
+    total = sum(len(rel.encode()) for rel in texts)
+    if total > MAX_NAME_BYTES:
+        for rel, (old, text) in texts.items():
+            if old is None or text is None:
+                reasons.setdefault(rel, []).append(
+                    f"the patch's paths take {total:,} bytes (limit {MAX_NAME_BYTES:,}): names are "
+                    "information, like text"
+                )
+    return {rel: "; ".join(r) for rel, r in reasons.items()}
+
+
 def check_information(task: Task, pristine: Path, texts: dict, scale: str | None = None) -> dict:
     """{rel: reason} for the files of a patch that carry more than code, or a held source back
-    (check_held): texts is {rel: (old, new)}.
+    (check_held): texts is {rel: (old, new)}, new None for a deletion.
 
-    Each kind of high-entropy content is summed over the patch (spreading it over files gains
-    nothing) and every file that holds some of a kind over its allowance is rejected. The
-    compressed size is a property of the whole patch, so over it every file is rejected.
+    The names first (check_names: caps on new files and on the bytes of paths). Each kind of
+    high-entropy content is summed over the patch (spreading it over files gains nothing) and every
+    file that holds some of a kind over its allowance is rejected. The compressed size of the
+    patch's measured stream (every path, every change's position, every added line) is a property
+    of the whole patch, so over the budget every file is rejected.
     """
     measured = {rel: measure_added(rel, old, new) for rel, (old, new) in sorted(texts.items()) if new is not None}
-    reasons: dict[str, list[str]] = {}
+    reasons: dict[str, list[str]] = {rel: [r] for rel, r in check_names(texts).items()}
     for kind, allowance, what in _KINDS:
         total = sum(getattr(m, kind) for m in measured.values())
         if total <= allowance:
@@ -278,13 +341,16 @@ def check_information(task: Task, pristine: Path, texts: dict, scale: str | None
                     f"allowance {allowance:,})"
                 )
     preset = _preset(pristine, task)
-    total = compressed_size("".join(m.text for m in measured.values()).encode(), preset)
+    total = compressed_size(measured_stream(texts, measured).encode(), preset)
     limit, how = information_budget(task, scale)
     if total > limit:
-        for rel, m in measured.items():
+        for rel in sorted(texts):
+            m = measured.get(rel)
+            alone = compressed_size(measured_stream({rel: texts[rel]}, measured).encode(), preset)
             reasons.setdefault(rel, []).append(
-                f"the patch's added text compresses to {total:,} bytes, over the information budget of "
-                f"{limit:,} ({how}); this file's added text alone: {compressed_size(m.text.encode(), preset):,}"
+                f"the patch's added text, paths and edit positions compress to {total:,} bytes, over the "
+                f"information budget of {limit:,} ({how}); this file's alone: {alone:,}"
+                + ("" if m is not None else " (a deletion)")
             )
     for rel, reason in check_held(task, pristine, {rel: m.text for rel, m in measured.items()}).items():
         reasons.setdefault(rel, []).append(reason)

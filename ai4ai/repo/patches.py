@@ -29,7 +29,10 @@ def lines(text: str) -> list[str]:
 
 
 def unified_diff(rel: str, old: str | None, new: str | None) -> str:
-    """A git-style unified diff of one file (whole-file hunk with 3 lines of context)."""
+    """A git-style unified diff of one file (whole-file hunk with 3 lines of context). A file created
+    or deleted always has its two header lines, even empty: its name crosses too."""
+    if old is None and new is None:
+        return ""
     a, b = lines(old or ""), lines(new or "")
     out = [
         f"--- {'a/' + rel if old is not None else '/dev/null'}\n",
@@ -44,7 +47,7 @@ def unified_diff(rel: str, old: str | None, new: str | None) -> str:
                 continue
             out += [_emit("-", line) for line in a[x1:x2]]
             out += [_emit("+", line) for line in b[y1:y2]]
-    return "".join(out) if len(out) > 2 else ""
+    return "".join(out) if len(out) > 2 or old is None or new is None else ""
 
 
 def _emit(prefix: str, line: str) -> str:
@@ -77,14 +80,62 @@ class FilePatch(NamedTuple):
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
+# What the reader does with each header line git writes outside a file section. The harness writes
+# regular text files with the mode a checkout gives, so only what that can express is read; the rest
+# is refused with the reason, never dropped silently (a dropped line would leave a patch that says
+# more than what is applied, or an empty file the reader never sees).
+MODE = "100644"  # the one file mode a patch may name (new file mode, deleted file mode, index)
+_GIT_IGNORED = ("diff --git ", "index ")  # say nothing that the --- and +++ lines do not
+_GIT_REFUSED = {
+    "old mode ": "a mode change",
+    "new mode ": "a mode change",
+    "rename from ": "a rename (write it as a deletion and a new file)",
+    "rename to ": "a rename (write it as a deletion and a new file)",
+    "copy from ": "a copy (write the new file in full)",
+    "copy to ": "a copy (write the new file in full)",
+    "similarity index ": "a rename or copy",
+    "dissimilarity index ": "a rename or copy",
+    "GIT binary patch": "a binary patch",
+    "Binary files ": "a binary file",
+}
+
+
+def _git_header(ln: str, at: int) -> None:
+    """Refuse a git header line that says what this reader cannot apply (see _GIT_REFUSED, MODE)."""
+    for start, what in _GIT_REFUSED.items():
+        if ln.startswith(start):
+            raise PatchFormatError(
+                f"line {at}: {what} is not read: the harness applies text diffs only ({ln.strip()!r})"
+            )
+    if ln.startswith(("new file mode ", "deleted file mode ")):
+        mode = ln.split()[-1]
+        if mode != MODE:
+            raise PatchFormatError(
+                f"line {at}: file mode {mode} is not read (symlinks, executables and submodules are refused; "
+                f"the harness writes regular files, mode {MODE})"
+            )
+    if ln.startswith("index ") and len(ln.split()) > 2 and ln.split()[2] != MODE:
+        raise PatchFormatError(f"line {at}: file mode {ln.split()[2]} is not read (the harness writes mode {MODE})")
+
 
 def parse_patch(text: str) -> list[FilePatch]:
-    """The file sections of a unified diff, in order; text outside them is ignored."""
+    """The file sections of a unified diff, in order. Text outside them (a message, git's `diff --git`
+    and `index` lines) is ignored; a git header for what this reader cannot apply (a rename, a copy,
+    a binary, a mode other than 100644, a symlink) raises PatchFormatError, and so does a `diff --git`
+    block without its --- and +++ lines (git writes an empty new file that way: write it with them)."""
     files, src, i = [], lines(text), 0
+    git_block = None  # the line of a `diff --git` whose --- and +++ lines have not come yet
     while i < len(src):
         if not src[i].startswith("--- "):
+            if src[i].startswith("diff --git "):
+                if git_block is not None:
+                    raise PatchFormatError(f"line {git_block}: a `diff --git` block without --- and +++ lines")
+                git_block = i + 1
+            else:
+                _git_header(src[i], i + 1)
             i += 1
             continue
+        git_block = None
         if i + 1 >= len(src) or not src[i + 1].startswith("+++ "):
             raise PatchFormatError(f"line {i + 1}: '---' not followed by '+++'")
         old, new = _path(src[i][4:]), _path(src[i + 1][4:])
@@ -117,6 +168,8 @@ def parse_patch(text: str) -> list[FilePatch]:
                 i += 1
             hunks.append((int(m.group(1)), body))
         files.append(FilePatch(old, new, hunks))
+    if git_block is not None:
+        raise PatchFormatError(f"line {git_block}: a `diff --git` block without --- and +++ lines")
     return files
 
 
@@ -150,6 +203,15 @@ def apply_hunks(old: str, hunks: list) -> str:
     return "".join(out)
 
 
+def read_if_file(p: Path) -> str | None:
+    """The text of a regular file, or None: for any path a patch names, a name too long for the
+    file system included (Path.is_file raises ENAMETOOLONG rather than answer False)."""
+    try:
+        return p.read_text() if p.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 @dataclass(frozen=True)
 class FileChange:
     """What one file section does to a tree, or why it was not applied."""
@@ -176,7 +238,7 @@ def apply_patch(text: str, root: Path, check: Callable[[str], str | None] | None
             yield FileChange(rel, None, None, reason)
             continue
         base = Path(root) / rel
-        old = base.read_text() if section.old is not None and base.is_file() else None
+        old = read_if_file(base) if section.old is not None else None
         if section.old is not None and old is None:
             yield FileChange(rel, None, None, MISSING)
             continue

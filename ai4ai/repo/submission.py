@@ -18,11 +18,13 @@ from pathlib import Path
 
 from ai4ai.core.task import Task
 from ai4ai.repo.leaks import check_information, check_literals
-from ai4ai.repo.patches import apply_patch, unified_diff
+from ai4ai.repo.patches import apply_patch, read_if_file, unified_diff
 from ai4ai.repo.workspace import SKIP_DIRS
+from ai4ai.sandbox.walk import WalkRefused, shown, walk
 
 MAX_PATCH_BYTES = 100_000
 MAX_LISTED = 100
+MAX_WALK_READ_BYTES = 64 << 20  # candidate files read in one walk of a workspace (640 patches' worth)
 HARNESS_FILES = {"INSTRUCTIONS.md"}  # written into the workspace by the harness itself
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
@@ -93,7 +95,7 @@ def _finish(task: Task, pristine: Path, changes: dict, rejected: dict, scale: st
             rejected[rel] = reason
             continue
         old_path = pristine / rel
-        old = old_path.read_text() if old_path.is_file() else None
+        old = read_if_file(old_path)
         text = new.decode("utf-8") if new is not None else None
         if old != text:
             kept[rel] = (old, text)
@@ -125,8 +127,9 @@ def _same_stream(fa, b: Path) -> bool:
                 return True
 
 
-def _read_regular(name: str, dir_fd: int, limit: int, pristine: Path) -> tuple[str | None, bytes | None, int]:
-    """(problem, data, size) of one directory entry, opened without following any symlink.
+def _read_regular(name: str, dir_fd: int, limit: int, pristine: Path | None) -> tuple[str | None, bytes | None, int]:
+    """(problem, data, size) of one directory entry, opened without following any symlink;
+    `pristine`: the pristine copy's file of the same path, where there is one.
 
     The agent runs while the proxy snapshots its workspace, so an entry checked as a regular
     file may be a symlink (to a path of the harness's host) a moment later: every check is
@@ -141,7 +144,7 @@ def _read_regular(name: str, dir_fd: int, limit: int, pristine: Path) -> tuple[s
         os.close(fd)
         return "not a regular file", None, 0
     with os.fdopen(fd, "rb") as f:
-        if pristine.is_file() and pristine.stat().st_size == st.st_size and _same_stream(f, pristine):
+        if pristine is not None and pristine.stat().st_size == st.st_size and _same_stream(f, pristine):
             return "unchanged", None, st.st_size
         f.seek(0)
         if st.st_size > limit:
@@ -150,53 +153,87 @@ def _read_regular(name: str, dir_fd: int, limit: int, pristine: Path) -> tuple[s
     return ("too large" if len(data) > limit else None), data, len(data)
 
 
+def repo_files(root: Path) -> set[str]:
+    """The repo-relative paths of the regular files of a copy the harness made (caches skipped)."""
+    out = set()
+    for _, _, entries in walk(root, skip=SKIP_DIRS):
+        out.update(e.rel for e in entries if e.kind == "file")
+    return out
+
+
 def from_workspace(task: Task, pristine: Path, workspace: Path, scale: str | None = None) -> Submission:
     """Diff the workspace against the pristine copy; nothing in the workspace is executed.
 
-    The walk goes by directory descriptors (os.fwalk) and never follows a symlink, even one
-    swapped in while it runs. `scale` sizes the information budget (check_information); with
-    none, the strictest of the task's scales applies.
+    The walk (`ai4ai.sandbox.walk`) is iterative, goes by directory descriptors and never follows a
+    symlink, even one swapped in while it runs. Only files the submission could carry are read: the
+    pristine copy's paths and new paths the filter allows; any other file is listed as rejected
+    unread. Bounded: folders deeper than walk.MAX_DEPTH are rejected unwalked, and a workspace of
+    more than walk.MAX_ENTRIES entries, or with more than MAX_WALK_READ_BYTES of candidate files to
+    read, raises WalkRefused (the run records it as invalid). `scale` sizes the information budget
+    (check_information); with none, the strictest of the task's scales applies.
     """
-    changes, rejected = {}, {}
-    seen = set()
-    limit = 4 * MAX_PATCH_BYTES
-    for dirpath, dirnames, filenames, dir_fd in os.fwalk(workspace, follow_symlinks=False):
-        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
-        for d in list(dirnames):
-            try:
-                is_link = stat.S_ISLNK(os.stat(d, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-            except OSError:
-                is_link = True
-            if is_link:
-                rejected[os.path.relpath(os.path.join(dirpath, d), workspace)] = "symlink"
-                dirnames.remove(d)
-        for f in filenames:
-            rel = os.path.relpath(os.path.join(dirpath, f), workspace)
-            seen.add(rel)
-            if f.endswith((".pyc", ".pyo")) or rel in HARNESS_FILES:
+    changes, rejected, seen, problems = {}, {}, set(), {}
+    limit, read = 4 * MAX_PATCH_BYTES, 0
+    old_files = repo_files(pristine)
+    for _, dir_fd, entries in walk(workspace, skip=SKIP_DIRS, problems=problems):
+        for e in entries:
+            rel = e.rel
+            if e.kind == "dir":
                 continue
-            old = pristine / rel
-            relevant = task.is_editable(rel) or rel in task.protected or old.exists()
-            problem, data, size = _read_regular(f, dir_fd, limit, old)
+            seen.add(rel)
+            if e.name.endswith((".pyc", ".pyo")) or rel in HARNESS_FILES:
+                continue
+            known = rel in old_files
+            if e.kind == "link":
+                if known or task.is_editable(rel) or rel in task.protected or _to_folder(e.name, dir_fd):
+                    rejected[shown(rel)] = "symlink"
+                continue
+            if e.kind == "other":
+                rejected[shown(rel)] = "not a regular file"
+                continue
+            if not known and (reason := check_path(task, rel)):
+                if _size_at(e.name, dir_fd) <= limit:  # a larger one is left out of the listing, as it was
+                    rejected[shown(rel)] = reason  # never read: it could not be carried
+                continue
+            problem, data, size = _read_regular(e.name, dir_fd, limit, pristine / rel if known else None)
             if problem == "unchanged":
                 continue
-            if problem == "symlink":
-                if relevant:
-                    rejected[rel] = "symlink"
-                continue
-            if problem == "not a regular file":
-                rejected[rel] = problem
+            if problem in ("symlink", "not a regular file"):  # swapped in after the listing
+                rejected[shown(rel)] = problem
                 continue
             if problem == "too large":
-                if task.is_editable(rel) or old.exists():
-                    rejected[rel] = f"file of {size} bytes (patch limit {MAX_PATCH_BYTES})"
+                rejected[shown(rel)] = f"file of {size} bytes (patch limit {MAX_PATCH_BYTES})"
                 continue
+            read += size
+            if read > MAX_WALK_READ_BYTES:
+                raise WalkRefused(
+                    f"more than {MAX_WALK_READ_BYTES >> 20} MiB of changed files the patch could carry "
+                    f"(the patch limit is {MAX_PATCH_BYTES:,} bytes)"
+                )
             changes[rel] = data
-    for p in pristine.rglob("*"):
-        rel = str(p.relative_to(pristine))
-        if p.is_file() and rel not in seen and not any(s in p.parts for s in SKIP_DIRS):
+    for rel, reason in problems.items():
+        rejected[shown(rel)] = reason
+    for rel in sorted(old_files - seen):
+        if any(p == "." or rel.startswith(p + "/") for p in problems):
+            rejected[rel] = "in a folder the harness could not walk: kept as it was"
+        else:
             changes[rel] = None
     return _finish(task, pristine, changes, rejected, scale)
+
+
+def _size_at(name: str, dir_fd: int) -> int:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
+    except (OSError, ValueError):
+        return 0
+
+
+def _to_folder(name: str, dir_fd: int) -> bool:
+    """Whether a symlink points at a folder (it is rejected wherever it is, as before)."""
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def from_patch(task: Task, pristine: Path, patch_text: str, scale: str | None = None) -> Submission:

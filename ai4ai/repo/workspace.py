@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ai4ai.core.provenance import tree_sha256
 from ai4ai.core.task import Task
+from ai4ai.sandbox.walk import UNBOUNDED, walk
 
 SKIP_DIRS = {".git", "__pycache__", ".ipynb_checkpoints"}  # what a walk over a repo copy skips
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
@@ -31,13 +32,13 @@ _LIST = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
 
 def _chmod_tree(root: Path, files_add: int = 0, dirs_add: int = 0, remove: int = 0) -> None:
     """Add and remove mode bits on every folder (root included) and file under root; links are left
-    alone (a copy holds none: copytree resolves them)."""
-    for dirpath, _, filenames in os.walk(root):
-        os.chmod(dirpath, (os.stat(dirpath).st_mode | dirs_add) & ~remove)
-        for f in filenames:
-            p = os.path.join(dirpath, f)
-            if not os.path.islink(p):
-                os.chmod(p, (os.stat(p).st_mode | files_add) & ~remove)
+    alone (a copy holds none: copytree resolves them). Iterative (walk.walk), so any depth is fine."""
+    os.chmod(root, (os.stat(root).st_mode | dirs_add) & ~remove)
+    for _, fd, entries in walk(root, max_depth=UNBOUNDED, max_entries=UNBOUNDED):
+        for e in entries:
+            if e.kind in ("dir", "file"):
+                mode = os.stat(e.name, dir_fd=fd, follow_symlinks=False).st_mode
+                os.chmod(e.name, (mode | (dirs_add if e.kind == "dir" else files_add)) & ~remove, dir_fd=fd)
 
 
 def make_readable(root: Path) -> None:

@@ -41,6 +41,7 @@ from ai4ai.sandbox.tree import (
     set_subreaper,
     signal_tree,
 )
+from ai4ai.sandbox.walk import UNBOUNDED, walk
 
 KERNELS_DIR = PROJECT_ROOT / "ai4ai_kernels"
 GRACE_S = 10.0
@@ -113,9 +114,9 @@ def give_to_sandbox_user(path: Path) -> None:
         return
     uid, gid = user
     os.chown(path, uid, gid, follow_symlinks=False)
-    for root, dirs, files in os.walk(path):
-        for n in dirs + files:
-            os.chown(os.path.join(root, n), uid, gid, follow_symlinks=False)
+    for _, fd, entries in walk(path, max_depth=UNBOUNDED, max_entries=UNBOUNDED):  # iterative: any depth
+        for e in entries:
+            os.chown(e.name, uid, gid, dir_fd=fd, follow_symlinks=False)
 
 
 def default_memory_limit() -> int:

@@ -33,6 +33,7 @@ from ai4ai.grading.training import build_training_copy, run_training, stage_dir,
 from ai4ai.repo.preparing import data_mounts
 from ai4ai.repo.submission import Submission, from_workspace
 from ai4ai.sandbox import launcher, proxy_client
+from ai4ai.sandbox.walk import WalkRefused
 
 MAX_REQUEST = 4096
 MAX_CALLS = 1000  # a flood of calls ends here; each call is still charged to the window
@@ -52,6 +53,7 @@ REASONS = (
     "harness_error",
     "call_limit",
     "bad_request",
+    "workspace_refused",
 )
 HARNESS_FAULT = "the harness failed during this call (not your code's fault); the benchmark's operators have its log"
 
@@ -131,6 +133,12 @@ class ProxyServer:
                 "proxy_calls": self.calls,
                 "marked": self.marked is not None,
             }
+        try:
+            return self._handle(req)
+        except WalkRefused as e:  # the workspace is over the walk's bounds: the agent's to fix, said plainly
+            return {"ok": False, "reason": "workspace_refused", "error": f"the workspace was not read: {e}"}
+
+    def _handle(self, req: dict) -> dict:
         if req["cmd"] == "submit":
             self.marked = self._snapshot()
             rd = RunDir(self.run_dir)
@@ -148,6 +156,8 @@ class ProxyServer:
             return {"ok": False, "reason": "call_limit", "error": f"proxy call limit ({MAX_CALLS}) reached"}
         try:
             return self._score()
+        except WalkRefused:
+            raise
         except Exception:  # the harness's fault, on this call: logged in full, told to the agent in one line
             self._log_fault()
             n = self.calls
