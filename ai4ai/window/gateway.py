@@ -574,7 +574,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _forward_inner(
         self, gw: Gateway, kind: str, req: dict, body: bytes, worst: float, row: dict, t0: float
     ) -> None:
-        streaming = bool(req.get("stream"))
         dropped = HOP_BY_HOP | AUTH_HEADERS | {"content-encoding", "content-type"}
         headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
         for k in [k for k in headers if k.lower() == "anthropic-beta"]:
@@ -631,7 +630,8 @@ class _Handler(BaseHTTPRequestHandler):
             gw.ok_calls += 200 <= resp.status < 300
             gw.last_status = resp.status
         event_stream = "text/event-stream" in (resp.getheader("Content-Type") or "")
-        reader = UsageReader(streaming or event_stream)
+        # read as its Content-Type says (a JSON body that fails to parse is tried as events)
+        reader = UsageReader(event_stream)
         done = []
 
         def settle() -> None:
@@ -641,7 +641,7 @@ class _Handler(BaseHTTPRequestHandler):
             done.append(True)
             reader.finish()
             tokens = reader.tokens()
-            model = reader.model or row.get("model")
+            model = reader.model if reader.model is not None else row.get("model")
             # priced at the dearer of the model asked for and the model that answered
             usd = max(cost_usd(tokens, price_for(gw.prices, m)) for m in {model, row.get("model")})
             charged = "reported"

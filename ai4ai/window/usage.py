@@ -157,7 +157,10 @@ class UsageReader:
             try:
                 self._event(json.loads(bytes(self._buf)))
             except (ValueError, RecursionError):
-                pass
+                # not one JSON body: perhaps an event stream not labelled as one
+                buf, self._buf, self.streaming = bytes(self._buf), bytearray(), True
+                self.feed(buf + b"\n\n")
+                self._dispatch()
 
     def _dispatch(self) -> None:
         data, self._data, self._data_len = b"\n".join(self._data), [], 0
@@ -166,6 +169,10 @@ class UsageReader:
                 self._event(json.loads(data))
             except (ValueError, RecursionError):
                 pass
+
+    def _model(self, name) -> None:
+        if isinstance(name, str):  # the model that answered, as it names itself ("" included)
+            self.model = name
 
     def _merge(self, usage) -> None:
         if isinstance(usage, dict):
@@ -179,27 +186,25 @@ class UsageReader:
         kind = ev.get("type")
         if kind == "message_start":  # Anthropic: input usage up front
             msg = ev.get("message") if isinstance(ev.get("message"), dict) else {}
-            self.model = msg.get("model") or self.model
+            self._model(msg.get("model"))
             self._merge(msg.get("usage"))
         elif kind == "message_delta":  # Anthropic: cumulative output so far
             self._merge(ev.get("usage"))
             self.final = self.final or _has_output(ev.get("usage"))
         elif isinstance(kind, str) and kind.startswith("response.") and isinstance(ev.get("response"), dict):
             resp = ev["response"]  # OpenAI Responses: usage at completion
-            self.model = resp.get("model") or self.model
+            self._model(resp.get("model"))
             if isinstance(resp.get("usage"), dict) and resp["usage"]:
                 self.raw = {}
                 self._merge(resp["usage"])
                 self.final = self.final or _has_output(resp["usage"])
         else:  # a JSON body, or a Chat Completions chunk
-            self.model = ev.get("model") or self.model
+            self._model(ev.get("model"))
             if isinstance(ev.get("usage"), dict):
                 if "prompt_tokens" in ev["usage"] or "total_tokens" in ev["usage"]:
                     self.raw = {}
                 self._merge(ev["usage"])
                 self.final = self.final or _has_output(ev["usage"])
-        if not isinstance(self.model, str):
-            self.model = None
 
     def tokens(self) -> dict:
         return normalize_usage(self.raw)
