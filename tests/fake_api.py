@@ -172,7 +172,31 @@ class Handler(BaseHTTPRequestHandler):
             pass  # the client hung up mid-stream (a test of exactly that, or a run ended)
 
     def do_GET(self):
+        path = self.path.split("?")[0]
+        with self.fake.lock:
+            self.fake.requests.append({"method": "GET", "path": path, "status": 200 if "/batches/" in path else 404})
+        if path.startswith("/v1/messages/batches/") and path.endswith("/results"):
+            return self._batch_results()
         self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "fake API: no such route"}})
+
+    # ------------------------------------------------------------------ Anthropic Message Batches
+    BATCH = 20  # requests per batch; each is billed as the API's answer says (JSON lines of results)
+
+    def _batch_results(self):
+        """The results of a batch, as the API sends them: one JSON line per request, each with its
+        usage; every line is what the upstream bills."""
+        lines = []
+        for i in range(self.BATCH):
+            usage = {"input_tokens": 20000, "cache_creation_input_tokens": 2000, "output_tokens": 500}
+            self.fake.record("anthropic", "claude-sonnet-4-5", usage)
+            msg = {"type": "message", "model": "claude-sonnet-4-5", "content": [], "usage": usage}
+            lines.append(json.dumps({"custom_id": f"r{i}", "result": {"type": "succeeded", "message": msg}}))
+        data = ("\n".join(lines) + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/binary")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self):
         n = int(self.headers.get("Content-Length") or 0)
@@ -182,18 +206,27 @@ class Handler(BaseHTTPRequestHandler):
             req = {}
         path = self.path.split("?")[0]
         fake = self.fake
-        if path.endswith("/messages"):
+        if "/messages" in path:
             ok = self.headers.get("x-api-key") == fake.key
         else:
             ok = self.headers.get("Authorization") == f"Bearer {fake.key}"
         tools = [t.get("name") for t in req.get("tools") or [] if isinstance(t, dict)]
-        entry = {"path": path, "model": req.get("model"), "tools": tools, "stream": bool(req.get("stream"))}
+        entry = {
+            "method": "POST",
+            "path": path,
+            "model": req.get("model"),
+            "tools": tools,
+            "stream": bool(req.get("stream")),
+        }
         with fake.lock:
             fake.requests.append(entry)
         if not ok:
             fake.bad_keys += 1
             entry["status"] = 401
             return self._json(401, {"type": "error", "error": {"type": "authentication_error", "message": "bad key"}})
+        if path == "/v1/messages/batches":
+            entry["status"] = 200
+            return self._json(200, {"id": "msgbatch_fake", "type": "message_batch", "processing_status": "ended"})
         if path.endswith("/messages/count_tokens"):
             entry["status"] = 200
             return self._json(200, {"input_tokens": 100})

@@ -116,25 +116,30 @@ def test_429_retried_with_retry_after_and_recorded(tmp_path, fake_api):
     assert row["retries"] == [{"status": 429, "wait_s": 1.0}] and gw.summary()["retries"] == 1
 
 
-def test_cap_refuses_the_next_call_and_trips(tmp_path, fake_api):
+def test_cap_refuses_the_call_that_would_pass_it_and_trips(tmp_path, fake_api):
     api = fake_api("cap", KEY)
     tripped = threading.Event()
-    gw = gateway(tmp_path, api, max_usd=0.5, on_cap=tripped.set)
-    statuses = []
-    for _ in range(5):
-        statuses.append(
-            call(gw, "/v1/messages", {"model": "claude-sonnet-4-5", "stream": True, "tools": BASH, "messages": []}, {})[
-                0
-            ]
-        )
+    gw = gateway(tmp_path, api, max_usd=1.3, on_cap=tripped.set)
+    # 200 kB of prompt: the gateway's worst case for one call (its bytes as tokens at the dearest
+    # prompt price, 3.75 for a cache write, plus max_tokens at 15.0) is ~0.78 USD
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 1000,
+        "stream": True,
+        "tools": BASH,
+        "messages": [{"role": "user", "content": "x " * 100_000}],
+    }
+    statuses = [call(gw, "/v1/messages", body, {})[0] for _ in range(5)]
     gw.stop()
-    # each capped-mode answer costs ~0.38 USD: the second passes 0.5, every later one is refused
+    # each capped-mode answer costs ~0.39 USD: after two, 0.78 spent + 0.78 reserved would pass 1.3,
+    # so the third is refused, and every later one
     assert statuses == [200, 200, 403, 403, 403] and tripped.is_set()
     s = gw.summary()
     assert s["capped"] and s["refused"] == 3 and len(api.reported) == 2
-    assert s["usd"] == pytest.approx(api.totals(PRICES)[1], abs=1e-6)
+    assert s["usd"] == pytest.approx(api.totals(PRICES)[1], abs=1e-6) and s["usd"] <= 1.3
     rows = [json.loads(x) for x in (tmp_path / "api_calls.jsonl").read_text().splitlines()]
     assert [r.get("refused") for r in rows] == [None, None, "max_usd", "max_usd", "max_usd"]
+    assert rows[0]["reserved_usd"] == pytest.approx(0.78, abs=0.01) and rows[2]["worst_usd"] == rows[0]["reserved_usd"]
 
 
 def _hang_up_after_message_start(tmp_path, then: bytes, stall_s: float, **kw):
@@ -217,11 +222,17 @@ def test_answer_cut_by_the_agent_is_read_to_its_end_and_all_counted(tmp_path):
     assert t["partial_calls"] == 0 and row["ended"] == "agent"
 
 
-def test_answer_that_outlasts_the_drain_counts_what_it_reported_and_says_so(tmp_path):
+def test_answer_that_outlasts_the_drain_is_charged_its_worst_case_and_says_so(tmp_path):
+    """Its final usage never came: what the upstream bills is unknown, so the call is charged the
+    worst case reserved for it (the body's bytes as prompt, the default output cap of 32000)."""
     t, row = _hang_up_after_message_start(tmp_path, FINAL_DELTA, stall_s=3.0, hangup_drain_s=0.5)
     assert t["input_tokens"] == 6000 and t["cached_input_tokens"] == 1000 and t["output_tokens"] == 1
-    assert t["usd"] == pytest.approx((5000 * 3.0 + 1000 * 0.3 + 15.0) / 1e6)
-    assert t["partial_calls"] == 1 and row["ended"] == "agent, drain cut"
+    body = len(json.dumps({"model": "claude-sonnet-4-5", "stream": True, "max_tokens": 32000}))
+    worst = ((body + 4096) * 3.75 + 32000 * 15.0) / 1e6
+    assert t["usd"] == pytest.approx(worst, abs=1e-6) and row["reserved_usd"] == pytest.approx(worst, abs=1e-6)
+    assert t["usd"] > (5000 * 3.0 + 1000 * 0.3 + 15.0) / 1e6  # more than it reported so far
+    assert t["partial_calls"] == 1 and t["worst_case_calls"] == 1
+    assert row["ended"] == "agent, drain cut" and row["charged"] == "worst case"
 
 
 def test_unreachable_upstream_is_a_failure_not_a_call(tmp_path):

@@ -156,7 +156,8 @@ def _api_error(kind: str, out, gw: dict, log_path: Path, cli_errors: list[str]) 
 
 def _why(kind: str, out, gw: dict, log_path: Path) -> str:
     if gw["refused"] and not gw["calls"]:
-        return "agent never reached its model API: the gateway refused the first call (max_usd cap)"
+        why = "max_usd cap" if gw.get("capped") else "see the `refused` rows of api_calls.jsonl"
+        return f"agent never reached its model API: the gateway refused every call ({why})"
     if gw["calls"]:
         return (
             f"agent never reached its model API: the upstream answered every call with an error "
