@@ -5,7 +5,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from ai4ai import PROJECT_ROOT
-from tests.requirements import available, missing, required, requires
+from tests.requirements import available, mark_slow, missing, required, requires
 
 CONF = str(PROJECT_ROOT / "conf")
 
@@ -46,6 +46,10 @@ def pytest_configure(config):
         "markers", "requires(group): needs bubblewrap, chromium or the CLIs (tests/requirements.py)"
     )
     required()  # an unknown group in AI4AI_REQUIRE stops the run before anything is collected
+
+
+def pytest_collection_modifyitems(config, items):
+    mark_slow(items)
 
 
 def pytest_runtest_setup(item):

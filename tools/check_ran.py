@@ -4,9 +4,10 @@
 
 CI runs the suite with AI4AI_REQUIRE set, so a missing tool fails its tests instead of skipping
 them; this check closes what that cannot see: a group deselected, renamed or emptied, or a skip
-raised some other way. Each group is a prefix of the tests' node ids; it must have run at least
-`least` tests, with no skip among them but those whose message starts with one of ALLOWED_SKIPS
-(each there for a reason given beside it). Exit 1 with one line per broken group.
+raised some other way. Each group is a prefix of the tests' node ids, all of its tests or only
+its slow ones (tests/conftest.py marks those in the report); it must have run at least `least`
+tests, with no skip among them but those whose message starts with one of ALLOWED_SKIPS (each
+there for a reason given beside it). Exit 1 with one line per broken group.
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# (node-id prefix, the least number of tests that must have run in it)
+# (node-id prefix, slow tests only) -> the least number of tests that must have run in it: about
+# what the suite holds today, so that a group emptied, renamed or deselected is seen
 ESSENTIAL = {
-    "tests/redteam/": 150,  # every route probe, the graded attacks among them (the second call)
-    "tests/test_sandbox.py": 10,
-    "tests/agents/": 7,  # the real Claude Code and Codex CLIs through the gateway
-    "tests/test_report.py::test_html_renders_offline_in_chromium": 1,
-    "tests/test_full_shrunk.py": 1,  # the `full` code path, shrunk to CPU sizes
+    ("tests/redteam/", False): 250,  # every route probe and the boundaries' fuzzers
+    ("tests/redteam/", True): 17,  # the graded attacks (CI's second call)
+    ("tests/test_sandbox.py", False): 10,
+    ("tests/test_cpu_accounting.py", False): 4,  # the cgroup's count, fuzzed over tree shapes
+    ("tests/test_fuzz_patchwalk.py", False): 3,  # the patch reader and the walk, fuzzed
+    ("tests/agents/", False): 10,  # the real Claude Code and Codex CLIs through the gateway
+    ("tests/test_report.py::test_html_renders_offline_in_chromium", False): 1,
+    ("tests/test_full_shrunk.py", True): 1,  # the `full` code path, shrunk to CPU sizes
 }
 # skips that are a branch of the test, not a missing tool: the other branch is tested beside them
 ALLOWED_SKIPS = (
@@ -48,13 +53,17 @@ def node_id(case: ET.Element) -> str:
     return "/".join(parts) + ".py::" + case.get("name", "")
 
 
-def tally(reports: list[Path]) -> dict[str, Tally]:
-    out = {prefix: Tally() for prefix in ESSENTIAL}
+def is_slow(case: ET.Element) -> bool:
+    return any(p.get("name") == "slow" for p in case.iter("property"))
+
+
+def tally(reports: list[Path]) -> dict[tuple[str, bool], Tally]:
+    out = {group: Tally() for group in ESSENTIAL}
     for report in reports:
         for case in ET.parse(report).getroot().iter("testcase"):
             nid = node_id(case)
-            for prefix, t in out.items():
-                if not nid.startswith(prefix):
+            for (prefix, slow_only), t in out.items():
+                if not nid.startswith(prefix) or (slow_only and not is_slow(case)):
                     continue
                 skip = case.find("skipped")
                 if skip is None:
@@ -73,8 +82,9 @@ def main(argv: list[str]) -> int:
         print(f"check_ran: no JUnit report at {', '.join(missing)} (pytest --junitxml=PATH writes one)")
         return 2
     bad = 0
-    for prefix, t in tally([Path(a) for a in argv]).items():
-        least = ESSENTIAL[prefix]
+    for group, t in tally([Path(a) for a in argv]).items():
+        least = ESSENTIAL[group]
+        prefix = group[0] + (" (slow)" if group[1] else "")
         if t.skipped:
             bad += 1
             print(f"check_ran: {prefix}: {len(t.skipped)} skipped (essential tests may not skip):")
