@@ -39,7 +39,8 @@ def write_suite(root: Path, skip_sandbox: bool, run_slow: bool) -> Path:
     (root / "tests" / "redteam" / "test_probe.py").write_text(
         "import pytest\n\n"
         f"def test_route():\n    {skip}\n\n"
-        "@pytest.mark.slow\ndef test_graded_attack():\n    assert True\n"
+        "@pytest.mark.slow\ndef test_graded_attack():\n    assert True\n\n"
+        "@pytest.mark.xfail(strict=True, reason='open')\ndef test_open_route():\n    assert False\n"
     )
     (root / "tests" / "test_sandbox.py").write_text("def test_box():\n    assert True\n")
     xml = root / "report.xml"
@@ -87,6 +88,8 @@ def test_check_ran_reads_pytests_own_report(tmp_path, monkeypatch, skip_sandbox,
     assert tallies[("tests/redteam/", True)].ran == (1 if run_slow else 0)
     assert tallies[("tests/test_sandbox.py", False)].ran == 1
     assert bool(tallies[("tests/redteam/", False)].skipped) == skip_sandbox
+    # the route (unless skipped), the expected failure, and the graded attack when slow ones ran
+    assert tallies[("tests/redteam/", False)].ran == (0 if skip_sandbox else 1) + 1 + run_slow
     assert (check_ran.main([str(xml)]) == 0) == ok
 
 
@@ -95,15 +98,20 @@ def test_check_ran_refuses_a_missing_report(tmp_path, capsys):
     assert "no JUnit report" in capsys.readouterr().out
 
 
-def test_an_allowed_skip_is_a_branch_not_a_missing_tool(tmp_path, monkeypatch):
+def test_an_allowed_skip_or_an_xfail_counts_and_a_skip_does_not(tmp_path, monkeypatch):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_sandbox.py").write_text("")
     xml = tmp_path / "r.xml"
     xml.write_text(
         '<testsuites><testsuite><testcase classname="tests.test_sandbox" name="test_a">'
         f'<skipped message="Skipped: {check_ran.ALLOWED_SKIPS[0]} (load)"/></testcase>'
-        '<testcase classname="tests.test_sandbox" name="test_b"/></testsuite></testsuites>'
+        '<testcase classname="tests.test_sandbox" name="test_b"/>'
+        '<testcase classname="tests.test_sandbox" name="test_c"><skipped type="pytest.xfail" message="open"/>'
+        '</testcase><testcase classname="tests.test_sandbox" name="test_d">'
+        '<skipped type="pytest.skip" message="Skipped: bubblewrap is not installed"/></testcase>'
+        "</testsuite></testsuites>"
     )
     monkeypatch.chdir(tmp_path)
     t = check_ran.tally([xml])[("tests/test_sandbox.py", False)]
-    assert t.ran == 1 and t.skipped == []
+    assert t.ran == 2  # test_b, and test_c: an expected failure ran
+    assert t.skipped == ["tests/test_sandbox.py::test_d: Skipped: bubblewrap is not installed"]
