@@ -131,14 +131,20 @@ def grader_modules(task_name: str, *modules: str) -> tuple:
     return (task, *(importlib.import_module(f"{package.__name__}.{m}") for m in modules))
 
 
-def grade_train_py(compose_cfg, tmp_path: Path, task, new_train_py: str, name: str, scale: str = "ci") -> dict:
+def grade_train_py(
+    compose_cfg, tmp_path: Path, task, new_train_py: str, name: str, scale: str = "ci", seeds: list[int] | None = None
+) -> dict:
     """Grade `new_train_py` (the whole file) as a patch of the task's train.py at `scale` through the
-    real pipeline (`pipeline.grade`); its result.json, after printing the outcome."""
+    real pipeline (`pipeline.grade`); its result.json, after printing the outcome. `seeds`: only these
+    of the scale's grader seeds (a probe whose gap is many times one seed's noise needs no more)."""
     from ai4ai import pipeline
 
     old = (task.repo / "train.py").read_text()
     patch = write_patch(tmp_path, unified_diff("train.py", old, new_train_py), f"{name}.patch")
-    pipeline.grade(compose_cfg("grade", [f"task={task.name}", f"scale={scale}", f"patch={patch}"]), tmp_path / "run")
+    overrides = [f"task={task.name}", f"scale={scale}", f"patch={patch}"]
+    if seeds is not None:
+        overrides.append(f"seeds=[{','.join(str(s) for s in seeds)}]")
+    pipeline.grade(compose_cfg("grade", overrides), tmp_path / "run")
     r = json.loads((tmp_path / "run" / "result.json").read_text())
     print(f"{name}:", r["status"], r["raw"], r["score"])
     return r

@@ -187,13 +187,14 @@ def test_the_graded_instance_is_not_the_visible_one():
 @pytest.mark.slow
 @needs_bwrap
 def test_the_visible_rules_in_the_patch_gain_nothing(compose_cfg, tmp_path):
-    """Graded at smoke, where the route was open (0.425 before the fresh instance). The tolerance is
-    the shipped algorithm's noise for the mean of three seeds at smoke (0.118 sigma per seed on the
-    last record: 0.068), rounded up to 0.1."""
+    """Graded at smoke, where the route was open (0.425 before the fresh instance; 0.007 after, every
+    seed near 0). One grader seed, so that CI runs it on every landing: the tolerance is the shipped
+    algorithm's noise for one seed at smoke (0.118 sigma per seed on the last record), rounded up to
+    0.2; an open route (0.425, and the identifier's 0.918) is still well past it."""
     (task,) = grader_modules("distillation")
     new = rules_in_the_patch((task.repo / "train.py").read_text())
     assert_gains_nothing(
-        grade_train_py(compose_cfg, tmp_path, task, new, "visible rules", scale="smoke"), tolerance=0.1
+        grade_train_py(compose_cfg, tmp_path, task, new, "visible rules", scale="smoke", seeds=[0]), tolerance=0.2
     )
 
 
@@ -348,11 +349,13 @@ def test_the_identifier_recovers_the_visible_instance_not_the_graded_one(tmp_pat
 @pytest.mark.slow
 @needs_bwrap
 def test_the_identifier_in_the_patch_gains_nothing(compose_cfg, tmp_path):
-    """Graded at smoke, where it scored 0.918 on the family without a map (module docstring). Tolerance
-    as for the visible rules above."""
+    """Graded at smoke, where it scored 0.918 on the family without a map (module docstring). One
+    grader seed and its tolerance, as for the visible rules above."""
     (task,) = grader_modules("distillation")
     new = identifier_in_the_patch((task.repo / "train.py").read_text())
-    assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "identifier", scale="smoke"), tolerance=0.1)
+    assert_gains_nothing(
+        grade_train_py(compose_cfg, tmp_path, task, new, "identifier", scale="smoke", seeds=[0]), tolerance=0.2
+    )
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -548,14 +551,21 @@ def test_the_hybrid_adds_nothing_to_the_published_example(compose_cfg, tmp_path)
     on 2026-12-03 (AMD EPYC, grader seeds 0, 1, 2): alone 0.545 [0.517, 0.559] (exact match 0.803, 0.820,
     0.820), with the hybrid 0.414 [0.359, 0.446] (0.774, 0.771, 0.739): the made pairs, right for a quarter
     of the prompt space, dilute the teacher's answers to the rest. The structure buys nothing over the
-    best published use of the budget."""
+    best published use of the budget. Graded on grader seed 0 alone, so that CI runs it on every landing:
+    the gap (0.13 on the mean, at least 0.07 between any two seeds) is well past the seeds' spread."""
     (task,) = grader_modules("distillation")
     example = _example_train_py(tmp_path, task, "augmented_transfer_set")
     (tmp_path / "alone").mkdir()
     (tmp_path / "with").mkdir()
-    alone = grade_train_py(compose_cfg, tmp_path / "alone", task, example, "augmented", scale="smoke")
+    alone = grade_train_py(compose_cfg, tmp_path / "alone", task, example, "augmented", scale="smoke", seeds=[0])
     both = grade_train_py(
-        compose_cfg, tmp_path / "with", task, hybrid_on_the_example(example), "augmented+hybrid", scale="smoke"
+        compose_cfg,
+        tmp_path / "with",
+        task,
+        hybrid_on_the_example(example),
+        "augmented+hybrid",
+        scale="smoke",
+        seeds=[0],
     )
     for r in (alone, both):
         assert r["status"] == "graded" and not [s for s in r["checkpoints"]["per_seed"] if s.get("cut")]
