@@ -26,8 +26,14 @@ def own_model_lines(task, recs: list) -> list[str]:
         return []
     out = []
     for version, e in registry.registered(task).items():
+        # records carry the version at their scale; an entry written before `task_versions` has only its own
+        versions = {version, *(e.get("task_versions") or {}).values()}
         cal = sorted(
-            {f"{r['key']['scale']}@{r['key']['device_class']}" for r in recs if r["key"].get("task_version") == version}
+            {
+                f"{r['key']['scale']}@{r['key']['device_class']}"
+                for r in recs
+                if r["key"].get("task_version") in versions
+            }
         )
         out.append(
             f"  {'':16s} own model {e['architecture']} ({e['n_params']:,} params, vocab {e['vocab_size']:,}, "

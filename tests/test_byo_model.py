@@ -81,7 +81,9 @@ def hooked(monkeypatch, tmp_path):
     instead of grader_hidden/, at the shrunk size: hidden splits of SHRUNK (SHRUNK_FACTS) and, where a prepare
     step trains, the shorter one of SHRUNK_PREPARE (in a copy of the frozen repo). Returns the
     function that makes a task so (the test's own look-ups use it too)."""
+    # registry.CACHE_ROOT is the same folder: registered() tells a derived repo from a frozen one by it
     monkeypatch.setattr(models, "CACHE_ROOT", tmp_path / "own_models_cache")
+    monkeypatch.setattr(registry, "CACHE_ROOT", tmp_path / "own_models_cache")
     made: dict = {}
 
     def adjust(task):
@@ -137,8 +139,8 @@ def test_graded_run_on_a_saved_model(task_name, arch, saved, hooked, compose_cfg
     # anchors were calibrated for this model: keyed by a task version that folds in its content
     own = models.with_model(hooked(replace(load_task(task_name), model_path=str(saved[arch]))))
     key = r["anchors"]["provenance"]["key"]
-    assert key["task_version"] == task_version(own)
-    assert key["task_version"] != task_version(hooked(load_task(task_name)))
+    assert key["task_version"] == task_version(own, "ci")
+    assert key["task_version"] != task_version(hooked(load_task(task_name)), "ci")
     records = yaml.safe_load((own.grader / "anchors.yaml").read_text())["records"]
     assert [x["key"]["task_version"] for x in records] == [key["task_version"]]
     assert records[0]["anchors"]["baseline"] == pytest.approx(r["anchors"]["baseline"])
@@ -149,7 +151,8 @@ def test_graded_run_on_a_saved_model(task_name, arch, saved, hooked, compose_cfg
     n = own.scale("ci").n_params
     assert n != load_task(task_name).scale("ci").n_params
     assert f"parameters: {n:,}" in (own.repo / "README.md").read_text()
-    reg = registry.registered(own)[key["task_version"]]
+    reg = registry.registered(own)[task_version(own)]
+    assert reg["task_versions"]["ci"] == key["task_version"]  # how ai4ai.list finds the model's records
     assert reg["model_sha256"] == model_sha256(saved[arch]) and reg["n_params"] == n
     # python -m ai4ai.list shows the model under its task, with the anchors just calibrated
     lines = own_model_lines(hooked(load_task(task_name)), records)

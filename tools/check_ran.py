@@ -28,6 +28,10 @@ ESSENTIAL = {
     ("tests/agents/", False): 10,  # the real Claude Code and Codex CLIs through the gateway
     ("tests/test_report.py::test_html_renders_offline_in_chromium", False): 1,
     ("tests/test_full_shrunk.py", True): 1,  # the `full` code path, shrunk to CPU sizes
+    ("tests/tasks/test_reward_model.py", True): 1,  # end-to-end graded runs at ci
+    ("tests/tasks/test_diffusion_rl.py", True): 1,
+    ("tests/test_byo_model.py", True): 2,  # a graded run on a brought model, and its audit
+    ("tests/test_tuning.py", True): 1,  # a real two-point sweep, graded
 }
 # skips that are a branch of the test, not a missing tool: the other branch is tested beside them
 ALLOWED_SKIPS = (

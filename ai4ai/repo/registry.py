@@ -22,11 +22,14 @@ REGISTRY_LOCK = "models.lock"
 
 def register(task: Task, info, frozen_repo: str) -> None:
     """Note which model (`info`: a models.ModelInfo) a task version was made from, beside the task's anchors (ai4ai.list shows it),
-    with the version of the task without the model (`base_version`, and per scale `base_versions`);
+    with its version per scale (`task_versions`: what its anchor records are keyed by) and the version of the
+    task without the model (`base_version`, and per scale `base_versions`);
     entries no current version can use go (stale_entry)."""
     base = task.base_task or replace(task, model_path=None)
     version, whole = task_version(task), base_version(task)
     scales = {s: base_version(task, s) for s in task.scales}
+    # anchor records are keyed by the version at their scale (grading.context): list them per scale
+    versions = {s: task_version(task, s) for s in task.scales}
     with file_lock(Path(task.grader) / REGISTRY_LOCK):
         old = entries(Path(task.grader))
         kept = [e for e in old if not stale_entry(e, scales, whole, tree_sha256(base.repo)[:16])]
@@ -42,6 +45,7 @@ def register(task: Task, info, frozen_repo: str) -> None:
                     "vocab_size": info.vocab_size,
                     "base_version": whole,
                     "base_versions": scales,
+                    "task_versions": versions,
                 }
             )
         if kept != old:
