@@ -38,7 +38,10 @@ FOLDERS = [
         ],
     ),
     # the sandbox and what is copied into it (launcher, proxy_client, meter_wire: no ai4ai imports)
-    ("sandbox", ["__init__", "launcher", "proxy_client", "meter_wire", "package_data", "walk", "tree", "box"]),
+    (
+        "sandbox",
+        ["__init__", "launcher", "proxy_client", "meter_wire", "package_data", "walk", "cgroup", "tree", "box"],
+    ),
     # the frozen repo and the agent's submission against it
     ("repo", ["__init__", "workspace", "registry", "models", "preparing", "meter", "patches", "leaks", "submission"]),
     # grading one submission: context -> train a seed -> evaluate -> grade seeds -> anchors
