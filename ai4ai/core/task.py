@@ -1,6 +1,9 @@
 """The task contract: conf/task/<name>.yaml, validated into frozen dataclasses.
 
 Tasks are discovered by file; there is no central list. Unknown keys are errors.
+
+One file of over 500 lines: every block of a task's YAML and the check that refuses its unknown or
+ill-typed keys sit together, so the contract a task author writes against is read in one place.
 """
 
 from __future__ import annotations

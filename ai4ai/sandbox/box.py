@@ -7,6 +7,10 @@ of the project (the kernels package) is bound read-only on its own.
 
 Inside bwrap, folders appear at neutral paths (/workspace, /repo, /out, ...); `Sandbox.host`
 maps such a path back to the host for the `none` backend, where no remapping is possible.
+
+One file of over 500 lines: the mounts a phase gets and the loop that caps it (the cgroup it
+starts in, the CPU and wall caps, the end of the tree) are one boundary, the sandbox's, and its
+invariants are checked by reading them side by side.
 """
 
 from __future__ import annotations

@@ -36,6 +36,10 @@ the harness serves that socket here and forwards each request to the configured 
 - every call is appended to a JSON-lines log in the run directory.
 
 Nothing the agent's processes print is read for cost: this module is the only source.
+
+It is one file of over 500 lines on purpose: the framing, the reservation, the settlement and the
+log all read and write one ledger under one lock, and its invariant (recorded cost >= what the
+upstream reported, spent + reserved <= max_usd) is checked by reading this file alone.
 """
 
 from __future__ import annotations
