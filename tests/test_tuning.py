@@ -6,10 +6,12 @@ import copy
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.analysis.task_checks import EXAMPLE_MARGIN, Report
-from ai4ai.analysis.tuning import noise_sigma, patch_source, point_patch, tuning_checks
+from ai4ai.analysis.task_checks import MIN_EFFECT, Report, rewarded
+from ai4ai.analysis.tuning import noise_sigma, patch_source, point_patch, points, shipped_value, tuning_checks
 from ai4ai.core.task import TaskError, list_tasks, load_task, parse_task
 from ai4ai.grading import records
 from ai4ai.grading.context import context
@@ -95,7 +97,8 @@ def test_a_point_at_the_shipped_values_is_an_empty_patch():
 @pytest.mark.parametrize(
     "tuning,msg",
     [
-        ({"LR": 1.0e-3}, "tuning must be a list of points"),
+        ({"LR": 1.0e-3}, r"unknown key\(s\) \['LR'\]; a joint search has search, points and seed"),
+        ("LR=1e-3", "tuning must be a list of points, each a mapping .*, or a joint search"),
         ([{}], r"tuning\[0\]: a point is a non-empty mapping"),
         (["LR=1e-3"], r"tuning\[0\]: a point is a non-empty mapping"),
         ([{"LR": 1.0e-3}, {"not a name": 3}], r"tuning\[1\]: 'not a name' is not a constant's name"),
@@ -134,13 +137,112 @@ def test_a_point_that_does_not_fit_the_script_is_refused_with_a_reason(point, ms
 def test_every_task_declares_a_sweep_that_builds(name):
     task = load_task(name)
     assert task.tuning is not None, f"conf/task/{name}.yaml declares no tuning: block"
-    patches = [point_patch(task, pt) for pt in task.tuning]  # a point that does not fit raises
+    pts = points(task)  # a joint search expanded
+    patches = [point_patch(task, pt) for pt in pts]  # a point that does not fit raises
     assert sum(not p for p in patches) <= 1  # at most one is the shipped recipe
-    for pt, patch in zip(task.tuning, patches):
+    for pt, patch in zip(pts, patches):
         if patch:
             files = {n for _, n, _ in parse_patch(patch)}
             assert files and all(task.is_editable(f) for f in files), pt
             assert not from_patch(task, task.repo, patch, scale="smoke").rejected, pt
+
+
+@pytest.mark.parametrize(
+    "tuning,msg",
+    [
+        ({"search": {}}, r"tuning.search: a non-empty mapping"),
+        ({"search": {"LR": 1.0e-3}}, r"tuning.search.LR: a non-empty list of values"),
+        ({"search": {"LR": []}}, r"tuning.search.LR: a non-empty list of values"),
+        ({"search": {"LR": [1.0e-3, 1.0e-3]}}, "a value appears twice"),
+        ({"search": {"not a name": [1]}}, "is not a constant's name"),
+        ({"search": {"LR": [{"x": 1}]}}, "a value is a number, boolean, string"),
+        ({"search": {"LR": [1.0e-3]}, "points": 0}, r"tuning.points: a whole number of points to grade, 1 to 64"),
+        ({"search": {"LR": [1.0e-3]}, "points": True}, r"tuning.points: a whole number"),
+        ({"search": {"LR": [1.0e-3]}, "points": 2.5}, r"tuning.points: a whole number"),
+        ({"search": {"LR": [1.0e-3]}, "seed": "a"}, r"tuning.seed: a whole number"),
+        ({"search": {"LR": [1.0e-3]}, "grid": 3}, r"unknown key\(s\) \['grid'\]"),
+        ({"search": {k: list(range(9)) for k in ("A", "B", "C", "D")}}, "up to 10,000 combinations, over 4,096"),
+        ({"search": {"A": list(range(9)), "B": list(range(9))}}, "up to 99 points to grade: say points: N"),
+    ],
+)
+def test_a_malformed_joint_search_is_refused_with_a_reason(tuning, msg):
+    d = copy.deepcopy(RAW)
+    d["tuning"] = tuning
+    with pytest.raises(TaskError, match=msg):
+        parse_task(d, "sft.yaml")
+
+
+def _with_search(name: str, search: dict, **extra):
+    """The task `name` with the joint search `search` as its tuning block (through the config parser)."""
+    d = yaml.safe_load((PROJECT_ROOT / "conf" / "task" / f"{name}.yaml").read_text())
+    d["tuning"] = {"search": search, **extra}
+    return parse_task(d, f"{name}.yaml")
+
+
+def test_a_joint_search_moves_the_knobs_together():
+    """optimizer: batch size and the learning rate of optim.py, each with its shipped value, every
+    combination but the shipped recipe; a listed shipped value is not graded twice."""
+    task = _with_search("optimizer", {"BATCH_SIZE": [16, 64, 32], "optim.py:LR": [1.5e-3, 6.0e-3]})
+    b0, lr0 = shipped_value(task, "BATCH_SIZE"), shipped_value(task, "optim.py:LR")
+    assert (b0, lr0) == (32, 3e-3)
+    pts = points(task)
+    assert len(pts) == 3 * 3 - 1
+    combos = {tuple(v for _, v in pt) for pt in pts}
+    assert (b0, lr0) not in combos and (16, 1.5e-3) in combos and (64, 6e-3) in combos  # both moved
+    assert (16, lr0) in combos and (b0, 6e-3) in combos  # one at a time is part of the grid
+    # each point is a patch of exactly the constants it moves
+    sub = from_patch(task, task.repo, point_patch(task, (("BATCH_SIZE", 16), ("optim.py:LR", 1.5e-3))), scale="smoke")
+    assert not sub.rejected and sorted(sub.files) == ["optim.py", "train.py"]
+    sub = from_patch(task, task.repo, point_patch(task, (("BATCH_SIZE", 16), ("optim.py:LR", lr0))), scale="smoke")
+    assert sorted(sub.files) == ["train.py"]
+
+
+def test_a_knob_the_source_does_not_hold_is_refused_with_a_reason():
+    with pytest.raises(TaskError, match="assigns NO_SUCH 0 times at module level"):
+        points(_with_search("optimizer", {"NO_SUCH": [1]}))
+    with pytest.raises(TaskError, match="model.py is not an editable file"):
+        points(_with_search("optimizer", {"model.py:N_LAYER": [2]}))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batches=st.lists(st.integers(1, 256), min_size=1, max_size=4, unique=True),
+    lrs=st.lists(st.sampled_from([1e-4, 5e-4, 1e-3, 2e-3, 3e-3, 6e-3, 1e-2]), min_size=1, max_size=4, unique=True),
+    n=st.one_of(st.none(), st.integers(1, 30)),
+    seed=st.integers(-(2**31), 2**31),
+)
+def test_joint_search_points_are_a_seeded_sample_of_the_grid(batches, lrs, n, seed):
+    """Whatever the values, count and seed: the points are distinct combinations of the knobs'
+    values and shipped values, never the shipped recipe, as many as asked (or the whole grid), the
+    same for the same seed, and each a subset of the whole grid in grid order."""
+    task = _with_search("optimizer", {"BATCH_SIZE": batches, "optim.py:LR": lrs}, points=n, seed=seed)
+    whole = points(_with_search("optimizer", {"BATCH_SIZE": batches, "optim.py:LR": lrs}))
+    axes = [{32, *batches}, {3e-3, *lrs}]
+    assert len(whole) == len(axes[0]) * len(axes[1]) - 1
+    pts = points(task)
+    assert pts == points(task)  # seeded
+    assert len(pts) == (len(whole) if n is None else min(n, len(whole)))
+    assert len(set(pts)) == len(pts) and set(pts) <= set(whole)
+    assert [whole.index(p) for p in pts] == sorted(whole.index(p) for p in pts)
+    for pt in pts:
+        (b_name, b), (lr_name, lr) = pt
+        assert (b_name, lr_name) == ("BATCH_SIZE", "optim.py:LR") and b in axes[0] and lr in axes[1]
+        assert (b, lr) != (32, 3e-3)
+
+
+@pytest.mark.parametrize(
+    "score,noise,gain",
+    [
+        (0.123, 0.0005, False),  # 46 x a tiny noise, but a hundredth of the scale: not a gain
+        (0.16, 0.01, True),  # 6 x noise and 0.06
+        (0.16, 0.03, False),  # 0.06, but within 3 x the noise
+        (0.1 + MIN_EFFECT, 0.001, True),  # at the minimum effect
+        (0.149, 0.001, False),
+        (0.05, 0.001, False),
+    ],
+)
+def test_a_gain_clears_both_the_noise_and_the_minimum_effect(score, noise, gain):
+    assert rewarded(score, noise) is gain
 
 
 def test_an_empty_sweep_warns_and_grades_nothing(compose_cfg, tmp_path):
@@ -168,7 +270,7 @@ def test_a_two_point_sweep_grades_for_real_at_ci(compose_cfg, tmp_path, capsys):
         assert r.scored.status == "graded", r.scored.reason
         assert len(r.scored.score_per_seed) == len(task.scale("ci").grader_seeds)
         assert r.margin == pytest.approx((r.scored.score - 0.1) / noise)
-        assert r.verdict == ("FAIL" if r.margin > EXAMPLE_MARGIN else "ok")
+        assert r.verdict == ("FAIL" if rewarded(r.scored.score, noise) else "ok")
         assert r.point in out and f"{r.scored.score:.3f}" in out
     # each point's patch reached its training run: batch 12 is what the run printed, LR 3.5e-3 what it ran
     seed = task.scale("ci").grader_seeds[0]

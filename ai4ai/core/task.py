@@ -135,6 +135,17 @@ class Meter:
 
 
 @dataclass(frozen=True)
+class TuningSearch:
+    """`tuning: {search: {KNOB: [values]}, points: N, seed: S}`: the knobs searched jointly. The grid is
+    the product over knobs of their values and the shipped value (read from the source), less the
+    shipped recipe; `points` of its combinations are graded, a sample drawn with `seed` (None: all)."""
+
+    knobs: tuple  # (("[file.py:]CONSTANT", (value, ...)), ...) in the config's order
+    points: int | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     family: str
@@ -170,9 +181,10 @@ class Task:
     # ai4ai/repo/models.py). None: the repo's own model, exactly as without the option.
     model_path: str | None = None
     # check_task tuning=true: points of a sweep of the shipped recipe, each a tuple of
-    # ("[file.py:]CONSTANT", new value) pairs (ai4ai/analysis/tuning.py builds and grades them);
-    # None: the config declares no sweep; (): it declares that nothing is to be tuned
-    tuning: tuple | None = None
+    # ("[file.py:]CONSTANT", new value) pairs, or a TuningSearch of several knobs searched jointly
+    # (ai4ai/analysis/tuning.py expands, builds and grades them); None: the config declares no sweep;
+    # (): it declares that nothing is to be tuned
+    tuning: tuple | TuningSearch | None = None
     # Budgets served from outside the training sandbox (None: the task meters nothing that way)
     meter: Meter | None = None
     # With model_path, once models.with_model has pointed the task at the repo derived for the model: the
@@ -533,15 +545,71 @@ _CONSTANT = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_./-]*\.py:)?[A-Za-z_][A-Za-z
 _SCALAR = (bool, int, float, str)
 
 
-def parse_tuning(raw: Any, where: str) -> tuple | None:
+MAX_GRID = 4096  # combinations a joint search may span
+MAX_POINTS = 64  # points a sweep may grade (each is a graded run on every grader seed)
+
+
+def _tuning_value(value: Any, at: str, name: str) -> Any:
+    if isinstance(value, list) and value and all(isinstance(v, _SCALAR) for v in value):
+        return tuple(value)
+    if not isinstance(value, _SCALAR):
+        raise TaskError(f"{at}: {name} = {value!r}: a value is a number, boolean, string or a non-empty list of those")
+    return value
+
+
+def _tuning_name(name: Any, at: str) -> str:
+    if not isinstance(name, str) or not _CONSTANT.match(name):
+        raise TaskError(f"{at}: {name!r} is not a constant's name (CONSTANT, or file.py:CONSTANT)")
+    return name
+
+
+def parse_search(raw: dict, where: str) -> TuningSearch:
+    """`tuning: {search: {KNOB: [values, ...]}, points: N, seed: S}` (TuningSearch)."""
+    at = f"{where}: tuning"
+    unknown = sorted(str(k) for k in set(raw) - {"search", "points", "seed"})
+    if unknown:
+        raise TaskError(f"{at}: unknown key(s) {unknown}; a joint search has search, points and seed")
+    search = raw.get("search")
+    if not isinstance(search, dict) or not search:
+        raise TaskError(f"{at}.search: a non-empty mapping {{CONSTANT: [values]}} of the knobs searched jointly")
+    knobs, size = [], 1
+    for name, values in search.items():
+        name = _tuning_name(name, f"{at}.search")
+        if not isinstance(values, list) or not values:
+            raise TaskError(f"{at}.search.{name}: a non-empty list of values, got {values!r}")
+        vals = tuple(_tuning_value(v, f"{at}.search", name) for v in values)
+        if len(set(vals)) != len(vals):
+            raise TaskError(f"{at}.search.{name}: a value appears twice in {values!r}")
+        knobs.append((name, vals))
+        size *= len(vals) + 1  # the shipped value joins each knob's values
+    if size > MAX_GRID:
+        raise TaskError(f"{at}.search: up to {size:,} combinations, over {MAX_GRID:,}: fewer knobs or values")
+    points = raw.get("points")
+    if points is not None and (
+        isinstance(points, bool) or not isinstance(points, int) or not 1 <= points <= MAX_POINTS
+    ):
+        raise TaskError(f"{at}.points: a whole number of points to grade, 1 to {MAX_POINTS}, got {points!r}")
+    if points is None and size - 1 > MAX_POINTS:
+        raise TaskError(f"{at}: the grid has up to {size - 1:,} points to grade: say points: N (at most {MAX_POINTS})")
+    seed = raw.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TaskError(f"{at}.seed: a whole number (the sample's seed), got {seed!r}")
+    return TuningSearch(knobs=tuple(knobs), points=points, seed=seed)
+
+
+def parse_tuning(raw: Any, where: str) -> tuple | TuningSearch | None:
     """The `tuning:` block: a list of points, each a mapping {CONSTANT: value} of module-level
     constants of the entry script (or `file.py:CONSTANT` of another editable file); values are
-    numbers, booleans, strings or lists of those (tuples in code). An empty list: nothing to tune."""
+    numbers, booleans, strings or lists of those (tuples in code). An empty list: nothing to tune.
+    Or a joint search of several knobs: {search: {CONSTANT: [values]}, points: N, seed: S} (parse_search)."""
     if raw is None:
         return None
+    if isinstance(raw, dict):
+        return parse_search(raw, where)
     if not isinstance(raw, list):
         raise TaskError(
-            f"{where}: tuning must be a list of points, each a mapping {{CONSTANT: value}}, got {type(raw).__name__}"
+            f"{where}: tuning must be a list of points, each a mapping {{CONSTANT: value}}, or a joint search "
+            f"{{search: {{CONSTANT: [values]}}, points: N, seed: S}}; got {type(raw).__name__}"
         )
     points, seen = [], set()
     for i, pt in enumerate(raw):
@@ -550,17 +618,7 @@ def parse_tuning(raw: Any, where: str) -> tuple | None:
             raise TaskError(
                 f"{at}: a point is a non-empty mapping {{CONSTANT: value}} of train.py's constants, got {pt!r}"
             )
-        items = []
-        for name, value in pt.items():
-            if not isinstance(name, str) or not _CONSTANT.match(name):
-                raise TaskError(f"{at}: {name!r} is not a constant's name (CONSTANT, or file.py:CONSTANT)")
-            if isinstance(value, list) and value and all(isinstance(v, _SCALAR) for v in value):
-                value = tuple(value)
-            elif not isinstance(value, _SCALAR):
-                raise TaskError(
-                    f"{at}: {name} = {value!r}: a value is a number, boolean, string or a non-empty list of those"
-                )
-            items.append((name, value))
+        items = [(_tuning_name(name, at), _tuning_value(value, at, name)) for name, value in pt.items()]
         key = tuple(sorted(items, key=lambda kv: kv[0]))
         if key in seen:
             raise TaskError(f"{at}: the same point appears twice")
