@@ -5,11 +5,15 @@ train.py, its README shows the same figures, and the prepare lines follow the ca
 import ast
 import importlib.util
 import math
+import re
 import shutil
 
 import pytest
+import yaml
 
+from ai4ai import PROJECT_ROOT
 from ai4ai.core.task import TaskError, list_tasks, load_task, parse_task
+from ai4ai.grading.anchors import budget_rule
 from ai4ai.grading.plan import calibration_cut, calibration_estimate_s, gpu_hours, plan_lines, prepare_lines
 from ai4ai.repo import preparing as prep
 
@@ -137,6 +141,46 @@ def test_readme_shows_the_declared_figures(name):
         f"| expected peak GPU memory | {b.peak_gpu_gib:g} GiB |",
     ):
         assert row in text, f"{task.repo.name}/README.md lacks {row!r}"
+
+
+# a cap stated outside the README's one Compute budget section: "1.5 x the shipped run's", "4 x that
+# measured time", "capped at 2 x", "about a minute of CPU"
+_RESTATED = re.compile(
+    r"\d+(?:\.\d+)?\s*x\s+(?:the\s+shipped|that\s+measured)|capped\s+at\s+\d|(?:safety|liveness)\s+net|minutes?\s+of\s+CPU"
+)
+
+
+def _outside_rule(text: str) -> str:
+    i = text.index("## Compute budget")
+    j = text.find("\n## ", i + 1)
+    return text[:i] + (text[j:] if j >= 0 else "")
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_readme_states_the_compute_rule_once_as_the_config_sets_it(name):
+    """The agent reads the budget in one place: the README holds anchors.budget_rule(task) (made
+    from the config's cap_factor and cap_min_s) exactly once, and states no cap anywhere else."""
+    task = load_task(name)
+    text = (task.repo / "README.md").read_text()
+    rule = budget_rule(task)
+    assert text.count("## Compute budget") == 1 and rule in text, (
+        f"{task.repo.name}/README.md: its Compute budget section is not anchors.budget_rule's text:\n{rule}"
+    )
+    restated = [m.group(0) for m in _RESTATED.finditer(_outside_rule(text))]
+    assert not restated, f"{task.repo.name}/README.md states a cap outside Compute budget: {restated}"
+
+
+def test_the_compute_rule_check_can_fail():
+    """A factor restated elsewhere, as unlearning's README once did (4 x beside the config's 1.5 x),
+    and a section that the config no longer matches, are both caught."""
+    task = load_task("unlearning")
+    text = (task.repo / "README.md").read_text()
+    bad = text.replace("## Files", "(4 x the shipped run's CPU time at ci/smoke)\n\n## Files", 1)
+    assert bad != text and _RESTATED.search(_outside_rule(bad))
+    raw = yaml.safe_load((PROJECT_ROOT / "conf" / "task" / "unlearning.yaml").read_text())
+    raw["scales"]["smoke"]["cap_factor"] = 2.0
+    moved = budget_rule(parse_task(raw, "unlearning.yaml"))
+    assert "1.5 x at `ci` and 2 x at `smoke`" in moved and moved not in text
 
 
 @pytest.mark.parametrize("name", TASKS)

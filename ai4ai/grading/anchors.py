@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import socket
 import statistics
+import textwrap
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -88,6 +89,49 @@ def budget(task: Task, scale: str, record: Record | None, threads: int, speed: S
         round(cpu, 1),
         f"cpu: {how}; wall liveness net {LIVENESS_FACTOR} x {wall_cap:.0f} s"
         + (f" x {speed.factor:.2f}" if speed is not None and speed.factor > 1 else ""),
+    )
+
+
+def _times(factors: dict) -> str:
+    """`1.5 x` where the scales agree, else `1.5 x at ci and 2 x at smoke`."""
+    if len(set(factors.values())) == 1:
+        return f"{next(iter(factors.values())):g} x"
+    return " and ".join(f"{f:g} x at `{s}`" for s, f in factors.items())
+
+
+def budget_rule(task: Task) -> str:
+    """The compute rule of `task`, as its README states it once (`## Compute budget`; tests check
+    that the README holds exactly this text and states no factor elsewhere), from its config:
+    `budget` above is what enforces it."""
+    metered = [s for s in task.scales if s in METERED_SCALES]
+    walled = [s for s in task.scales if s not in METERED_SCALES]
+    lines = ["## Compute budget", ""]
+    lines.append(
+        f"The one rule for compute, from `conf/task/{task.name}.yaml` (each scale's `cap_factor` and `cap_min_s`):"
+    )
+    lines.append("")
+    if metered:
+        b = {s: task.scale(s) for s in metered}
+        names = " and ".join(f"`{s}`" for s in metered)
+        lines.append(
+            f"- At {names}: a graded training run may use {_times({s: x.cap_factor for s, x in b.items()})} "
+            "the CPU time the shipped algorithm's run used at that scale, every process and thread it "
+            "starts counted (by the kernel where the run gets a cgroup of its own), scaled by the grading machine's "
+            "speed against the machine that calibrated it. Past that the run is stopped and the "
+            "checkpoints it saved are graded. The wall clock (`--budget-s`) is only a liveness net there: "
+            f"{LIVENESS_FACTOR:g} x the larger of the same factor times the shipped run's wall time and "
+            + " or ".join(f"{x.cap_min_s:.0f} s (`{s}`)" for s, x in b.items())
+            + "."
+        )
+    for s in walled:
+        x = task.scale(s)
+        lines.append(
+            f"- At `{s}`: the wall clock, {x.cap_factor:g} x the shipped run's wall time on the grading GPU "
+            f"as calibration measured it, at least {x.cap_min_s:.0f} s."
+        )
+    lines.append("- What the meter serves has its own budget (above), whatever compute is left.")
+    return (
+        "\n".join(textwrap.fill(ln, 96, subsequent_indent="  " if ln.startswith("- ") else "") for ln in lines) + "\n"
     )
 
 
