@@ -17,7 +17,7 @@ import tokenize
 import pytest
 
 from ai4ai import PROJECT_ROOT, pipeline
-from ai4ai.analysis.tuning import point_patch
+from ai4ai.analysis.tuning import point_patch, points
 from ai4ai.core.task import list_tasks, load_task
 from ai4ai.repo.leaks import HELD_COVER_MAX
 from ai4ai.repo.submission import from_patch, unified_diff
@@ -97,7 +97,7 @@ def test_readable_environment_code_may_be_adapted():
 def test_nothing_shipped_is_taken_for_a_held_copy(name):
     task = load_task(name)
     patches = [p.read_text() for p in sorted((PROJECT_ROOT / "examples" / name).glob("*.patch"))]
-    patches += [point_patch(task, pt) for pt in task.tuning or ()]
+    patches += [point_patch(task, pt) for pt in points(task) or ()]
     assert patches
     for text in patches:
         sub = from_patch(task, task.repo, text, scale="smoke")
