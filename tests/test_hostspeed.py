@@ -101,6 +101,32 @@ def test_every_task_and_scale_has_a_current_record_with_a_probe():
     )
 
 
+# Training runs and the probe have run with passive thread pools (hostspeed.thread_env) since this
+# commit time (f3963d5). A record of several threads whose CPU time was measured before it counted
+# its workers' spin-waiting as CPU: optimizer's ci record on an AMD EPYC said 20.9 CPU-s where the
+# same seed takes 10.2 now, so its cap gave a submission 2 x the compute it names (a red-team probe
+# trained on the served data to that cap and scored 0.594 where 0.33 was its bound's basis).
+PASSIVE_POOLS_SINCE = "2026-12-03T15:08:45+0000"
+
+
+def test_no_current_record_counts_spinning_thread_pools_as_cpu():
+    """Every current record of more than one thread measured its CPU time with passive pools, or its
+    cap is loose by the spin; re-measure such a record on its class: calibrate ... cpu_only=true."""
+    from ai4ai.core.provenance import task_version
+    from ai4ai.core.task import list_tasks, load_task
+
+    stale = []
+    for name in list_tasks():
+        task = load_task(name)
+        for r in yaml.safe_load(records.anchors_path(task.grader).read_text())["records"]:
+            k = r["key"]
+            if k["task_version"] != task_version(task, k["scale"]) or r.get("train_cpu_s") is None:
+                continue
+            if int(k["device_class"].rsplit(":", 1)[1]) > 1 and r["provenance"]["calibrated_at"] < PASSIVE_POOLS_SINCE:
+                stale.append(f"{name}/{k['scale']} on {k['device_class']} ({r['provenance']['calibrated_at']})")
+    assert not stale, f"CPU time measured with spinning pools: {stale} (python -m ai4ai.calibrate ... cpu_only=true)"
+
+
 @needs_bwrap
 def test_a_cap_from_a_twice_faster_host_does_not_cut_the_shipped_algorithm_here(compose_cfg, tmp_path):
     """The real thing: dpo's record edited into one from a host twice as fast as this one (half the CPU
