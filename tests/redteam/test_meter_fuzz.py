@@ -132,7 +132,9 @@ def _fuzz_calls(conn, obj, methods: list, rule: str, budget: int):
         if rule == "rows":
             assert delta == out.shape[0], (method, delta, tuple(out.shape))
             first = args[0] if args else kwargs.get("idx", kwargs.get("x"))
-            assert len(first) == delta  # one row per index / image asked
+            # one row per index / image asked; a 0-d index crosses as one index (the client's encoder
+            # sends at least 1-D, np.ascontiguousarray), checked and counted as such on the wire
+            assert (1 if np.ndim(first) == 0 else len(first)) == delta, (method, args, kwargs, delta)
             assert np.asarray(first).ndim == (2 if method.startswith("rewards") else 1)
         else:
             sent = args[0] if args else kwargs.get("prompts", kwargs.get("tokens"))
@@ -197,3 +199,16 @@ def test_fuzzed_episodes_never_get_more_than_the_wire_counts(tmp_path):
                 assert after["served"] == before["served"], (what, arg, before, after)
 
         probe()
+
+
+def test_a_zero_d_index_crosses_as_one_index(tmp_path):
+    """Found by the fuzzer above: optimizer's get(np.array(1, dtype=int16)). The client's encoder sends
+    at least 1-D, so one index crosses; the wire checks it against the declared 1-D signature, counts
+    one row and returns one row, exactly as for get(np.array([1]))."""
+    cls, construct, _, _ = SERVED["optimizer"]
+    with metered(tmp_path, "optimizer") as (conn, _report):
+        obj = conn.call({"op": "new", "cls": cls}, construct)
+        for index in (np.array(1, dtype=np.int16), np.array([1], dtype=np.int16)):
+            before = wire(conn, obj)["delivered"]
+            out = first_array(obj.get(index))
+            assert tuple(out.shape)[0] == 1 and wire(conn, obj)["delivered"] - before == 1
