@@ -14,12 +14,15 @@ Found open: ATTACK below (the same code), graded at ci with the real grader on t
 Now: every fact has its own five-symbol name drawn from a secret seed among 64^5 (1.07e9) names, the
 held-out names are not among the visible ones, and the prepared model answers most prompts that are
 not facts UNKNOWN. The same attack forms every prompt it can from what is visible (each visible name
-with every entity, 14e6 prompts, a sample of QUERIES = 40,000 asked within the CPU cap); none of them
+with every entity, 14e6 prompts, a sample of QUERIES asked within the CPU cap); none of them
 is a held-out fact's prompt (test_formable_prompts_exceed_what_can_be_evaluated), the few confident
 answers it keeps (~2% of made-up prompts) are spurious, and it gains nothing over the shipped algorithm.
 Measured at ci, grader seed 0: 40,000 of 14,000,000 formable prompts asked in 17 s, 808 spurious
 confident answers kept, sigma 0.023 (metric 0.115; the shipped algorithm 0.1 at 0.499): the pseudo
 facts only anchor made-up prompts, and the attack's harder forgetting costs it the held-out facts.
+Since the meter serves the visible facts, 1,792,000 prompts are formable at ci; 40,000 queries then
+used up the 7.4 CPU-s cap before any checkpoint on some runs, so the attack asks 20,000 and saves the
+prepared model first (2026-12-06, AMD EPYC: 20,000 of 1,792,000 asked, sigma 0.076).
 Since the meter serves the visible facts too (each costs budget), the attack sees what a quarter of the
 budget buys: 1,792,000 formable prompts at ci; 2026-12-04, grader seed 0: sigma 0.090 (shipped 0.1 +- 0.06).
 Its loop had kept asking for budget // batch steps after those draws and ran out of budget (an invalid
@@ -71,7 +74,8 @@ STEPS = 150
 N_SAVES = 10
 RETAIN_BATCH = 256
 CONFIDENT = 0.9
-QUERIES = 40_000           # prompts asked of the prepared model (the whole space when it is smaller)
+QUERIES = 20_000           # prompts asked of the prepared model (the whole space when it is smaller);
+                           # 40,000 (about 4 CPU-s) left the run at ci's 7.4 CPU-s cap before any checkpoint
 
 p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
@@ -120,6 +124,7 @@ found = prompts[keep]
 print(f"asked {len(prompts)} of {n} formable prompts in {time.time() - t0:.1f}s; {len(found)} confident "
       f"answers kept as pseudo retain facts", flush=True)
 
+save_checkpoint(model, args.out, 0, metadata={"facts_seen": data.served})  # something to grade if cut
 optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.999), weight_decay=0.0)
 total_steps = min(STEPS, data.remaining // BATCH_SIZE)   # what the visible() draws above left
 save_every = max(1, total_steps // N_SAVES)
@@ -208,5 +213,5 @@ def test_enumeration_attack_gains_nothing(compose_cfg, tmp_path):
     # its sample of QUERIES from far more formable prompts (14e6 when the visible files were readable;
     # 1,792,000 at ci since the meter serves the visible facts, a quarter of the budget's worth)
     m = re.search(r"asked (\d+) of (\d+) formable prompts", logs)
-    assert m and int(m.group(1)) == 40000 and int(m.group(2)) > 10 * 40000, logs[-3000:]
+    assert m and int(m.group(1)) == 20000 and int(m.group(2)) > 10 * 20000, logs[-3000:]
     print("enumeration attack", m.group(0), "score", r["score"], "shipped", shipped, "+-", tol)
