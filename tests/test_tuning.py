@@ -256,7 +256,14 @@ def test_an_empty_sweep_warns_and_grades_nothing(compose_cfg, tmp_path):
 def test_a_two_point_sweep_grades_for_real_at_ci(compose_cfg, tmp_path, capsys):
     cfg = compose_cfg(
         "check_task",
-        ["task=sft", "scale=ci", "stats=false", "tuning=true", "task.tuning=[{BATCH_SIZE:12},{LR:3.5e-3}]"],
+        [
+            "task=sft",
+            "scale=ci",
+            "stats=false",
+            "tuning=true",
+            "~task.tuning",
+            "+task.tuning=[{BATCH_SIZE:12},{LR:3.5e-3}]",
+        ],
     )
     run_dir = tmp_path / "run"
     rep = Report(lines=[])
