@@ -80,31 +80,39 @@ def _render(old, new) -> str:
     return repr(new)
 
 
+def _assigned_literal(consts: dict, name: str, where: str, prefix: str) -> tuple:
+    """(node, value) of `name` in `consts` (_constants of `where`): assigned once at module level, to a
+    literal; else a TaskError that starts with `prefix`."""
+    nodes = consts.get(name)
+    if not nodes:
+        known = ", ".join(n for n in consts if n.isupper()) or "none"
+        raise TaskError(f"{prefix}: {where} has no module-level constant {name} (its constants: {known})")
+    if len(nodes) > 1:
+        raise TaskError(
+            f"{prefix}: {where} assigns {name} {len(nodes)} times at module level; a tuned constant must be assigned once"
+        )
+    try:
+        return nodes[0], ast.literal_eval(nodes[0])
+    except ValueError:
+        raise TaskError(
+            f"{prefix}: {where}'s {name} is computed ({ast.unparse(nodes[0])}), not a literal; "
+            "tune the literals it is computed from"
+        )
+
+
+def _editable_source(task: Task, rel: str, prefix: str) -> str:
+    """The pristine text of `rel`, an editable file of the task's repo; else a TaskError."""
+    if not task.is_editable(rel) or not (task.repo / rel).is_file():
+        raise TaskError(f"{prefix}: {rel} is not an editable file of {task.name}'s repo")
+    return (task.repo / rel).read_text()
+
+
 def patch_source(source: str, point: tuple, where: str = "train.py") -> str:
     """`source` with each named constant's value replaced; every other byte (comments included) kept."""
-    tree = ast.parse(source)
-    consts = _constants(tree)
+    consts = _constants(ast.parse(source))
     edits = []
     for name, new in point:
-        nodes = consts.get(name)
-        if not nodes:
-            known = ", ".join(n for n in consts if n.isupper()) or "none"
-            raise TaskError(
-                f"tuning point {label(point)}: {where} has no module-level constant {name} (its constants: {known})"
-            )
-        if len(nodes) > 1:
-            raise TaskError(
-                f"tuning point {label(point)}: {where} assigns {name} {len(nodes)} times at "
-                "module level; a tuned constant must be assigned once"
-            )
-        node = nodes[0]
-        try:
-            old = ast.literal_eval(node)
-        except ValueError:
-            raise TaskError(
-                f"tuning point {label(point)}: {where}'s {name} is computed "
-                f"({ast.unparse(node)}), not a literal; tune the literals it is computed from"
-            )
+        node, old = _assigned_literal(consts, name, where, f"tuning point {label(point)}")
         if not _same_kind(old, new):
             raise TaskError(
                 f"tuning point {label(point)}: {name} is {type(old).__name__} {old!r} in {where}, "
@@ -136,9 +144,7 @@ def point_patch(task: Task, point: tuple) -> str:
         by_file.setdefault(rel or script, []).append((const, value))
     diffs = []
     for rel, items in sorted(by_file.items()):
-        if not task.is_editable(rel) or not (task.repo / rel).is_file():
-            raise TaskError(f"tuning point {label(point)}: {rel} is not an editable file of {task.name}'s repo")
-        old = (task.repo / rel).read_text()
+        old = _editable_source(task, rel, f"tuning point {label(point)}")
         diffs.append(unified_diff(rel, old, patch_source(old, tuple(items), rel)))
     return "".join(diffs)
 
@@ -148,15 +154,8 @@ def shipped_value(task: Task, name: str):
     literal assigned to it once at module level in the pristine repo."""
     rel, _, const = name.rpartition(":")
     rel = rel or entry_script(task)
-    if not task.is_editable(rel) or not (task.repo / rel).is_file():
-        raise TaskError(f"tuning knob {name}: {rel} is not an editable file of {task.name}'s repo")
-    nodes = _constants(ast.parse((task.repo / rel).read_text())).get(const)
-    if not nodes or len(nodes) > 1:
-        raise TaskError(f"tuning knob {name}: {rel} assigns {const} {len(nodes or [])} times at module level, not once")
-    try:
-        return ast.literal_eval(nodes[0])
-    except ValueError:
-        raise TaskError(f"tuning knob {name}: {rel}'s {const} is computed ({ast.unparse(nodes[0])}), not a literal")
+    prefix = f"tuning knob {name}"
+    return _assigned_literal(_constants(ast.parse(_editable_source(task, rel, prefix))), const, rel, prefix)[1]
 
 
 def points(task: Task) -> tuple:
