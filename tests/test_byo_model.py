@@ -129,15 +129,20 @@ def _graded_run(compose_cfg, tmp_path, task_name: str, model: Path) -> dict:
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 @pytest.mark.parametrize("task_name", DONE)
 def test_graded_run_on_a_saved_model(task_name, arch, saved, hooked, compose_cfg, tmp_path):
-    if task_name in BIG_VOCAB:
-        saved = {arch: saved[f"{arch}_{BIG_VOCAB[task_name]}"]}
-    r = _graded_run(compose_cfg, tmp_path, task_name, saved[arch])
+    model = saved[f"{arch}_{BIG_VOCAB[task_name]}" if task_name in BIG_VOCAB else arch]
+    _check_brought_run(_graded_run(compose_cfg, tmp_path, task_name, model), task_name, arch, model, hooked)
+
+
+def _check_brought_run(r: dict, task_name: str, arch: str, model: Path, hooked) -> None:
+    """What a graded run on the brought `model` must leave: its checkpoints graded, anchors calibrated
+    for that model under its own task version, the derived repo, the registry entry that ai4ai.list
+    reads, and the list's line."""
     assert r["status"] == "graded", r["reason"]
     seed = r["checkpoints"]["per_seed"][0]
     n_ckpts = 1 if task_name == "pruning" else 3  # pruning's shipped run saves one checkpoint
     assert len(seed["candidates"]) == n_ckpts and all(c["valid"] for c in seed["candidates"]), seed["candidates"]
     # anchors were calibrated for this model: keyed by a task version that folds in its content
-    own = models.with_model(hooked(replace(load_task(task_name), model_path=str(saved[arch]))))
+    own = models.with_model(hooked(replace(load_task(task_name), model_path=str(model))))
     key = r["anchors"]["provenance"]["key"]
     assert key["task_version"] == task_version(own, "ci")
     assert key["task_version"] != task_version(hooked(load_task(task_name)), "ci")
@@ -153,10 +158,10 @@ def test_graded_run_on_a_saved_model(task_name, arch, saved, hooked, compose_cfg
     assert f"parameters: {n:,}" in (own.repo / "README.md").read_text()
     reg = registry.registered(own)[task_version(own)]
     assert reg["task_versions"]["ci"] == key["task_version"]  # how ai4ai.list finds the model's records
-    assert reg["model_sha256"] == model_sha256(saved[arch]) and reg["n_params"] == n
+    assert reg["model_sha256"] == model_sha256(model) and reg["n_params"] == n
     # python -m ai4ai.list shows the model under its task, with the anchors just calibrated
     lines = own_model_lines(hooked(load_task(task_name)), records)
-    assert any(str(saved[arch].resolve()) in ln and f"anchors: ci@{key['device_class']}" in ln for ln in lines), lines
+    assert any(str(model.resolve()) in ln and f"anchors: ci@{key['device_class']}" in ln for ln in lines), lines
     assert 0.0 <= r["score"] <= 1.0
 
 
@@ -386,7 +391,8 @@ def test_audit_command_and_database_rows_for_a_gone_model(saved, tmp_path, monke
 @pytest.mark.parametrize("task_name", ["pruning", "unlearning"])
 def test_audit_regrades_a_brought_model_run_on_that_model(task_name, saved, hooked, compose_cfg, tmp_path, capsys):
     """A graded run on the saved llama (pruning at ci: deterministic, the cheapest; unlearning: the model is
-    taught the facts first), audited from a copy of its run folder: re-graded on the same model (same
+    taught the facts first), checked as the graded runs above are (CI runs this test, not those: one
+    graded run on a brought model serves both), audited from a copy of its run folder: re-graded on the same model (same
     derived repo, same content hash) it agrees; once the model moved, the audit stops with one line, and
     model_path= pointing at the moved copy audits again."""
     from safetensors import safe_open
@@ -394,7 +400,8 @@ def test_audit_regrades_a_brought_model_run_on_that_model(task_name, saved, hook
     model = tmp_path / "models" / "llama"
     shutil.copytree(saved[f"llama_{BIG_VOCAB[task_name]}" if task_name in BIG_VOCAB else "llama"], model)
     result = _graded_run(compose_cfg, tmp_path, task_name, model)
-    assert result["status"] == "graded" and result["provenance"]["model"]["sha256"] == model_sha256(model)
+    _check_brought_run(result, task_name, "llama", model, hooked)
+    assert result["provenance"]["model"]["sha256"] == model_sha256(model)
     copy = tmp_path / "copied_run"
     copy.mkdir()
     for f in ("result.json", "submission.patch"):

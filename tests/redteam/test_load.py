@@ -73,10 +73,10 @@ def test_starved_training_is_an_error_not_a_lower_score(tmp_path, task, pristine
 def test_sleeping_past_the_liveness_net_is_invalid(tmp_path, task, pristine):
     """Escaping a bad score through `error`: a training that sleeps until the liveness net cuts it.
     Gains nothing: it was not waiting for a CPU, so the seed is `invalid`, never retried."""
-    # before train.py's imports: on a loaded host the imports alone can take the 30 s net, starved,
-    # and the probe would test the starved branch instead of sleeping
+    # before train.py's imports: on a loaded host the imports alone can take the net, starved, and
+    # the probe would test the starved branch instead of sleeping. Placed there, a 15 s net suffices.
     outcome, _, reason = _train(
-        tmp_path, task, pristine, "import time as _t\n_t.sleep(300)\n", wall_s=30, cpu_s=500, after="import argparse"
+        tmp_path, task, pristine, "import time as _t\n_t.sleep(300)\n", wall_s=15, cpu_s=500, after="import argparse"
     )
     assert outcome.cut == "wall" and reason and reason.startswith("idle past the liveness net"), (outcome, reason)
 
@@ -98,9 +98,9 @@ def test_lowering_its_own_priority_on_a_loaded_host_is_invalid(tmp_path, task, p
     """The same escape on a loaded host: nice 19, so that load starves it and the cut looks like the
     machine's fault. Gains nothing: a tree that lowered its own priority owns its waiting."""
     # at the top of train.py, before its imports: under this load the imports alone can outlast the
-    # 30 s net, and a probe that never reached its nice() would test nothing
+    # net, and a probe that never reached its nice() would test nothing
     code = "import os as _os\n_os.nice(19)\n" + BURN.format(s=60)
-    outcome, _, reason = _train(tmp_path, task, pristine, code, wall_s=30, cpu_s=500, after="import argparse")
+    outcome, _, reason = _train(tmp_path, task, pristine, code, wall_s=15, cpu_s=500, after="import argparse")
     assert outcome.lowered_priority and reason and "lowered its own scheduling priority" in reason, (outcome, reason)
 
 
@@ -109,7 +109,7 @@ def test_training_past_its_cpu_cap_keeps_what_it_wrote(tmp_path, task, pristine)
     """The CPU cap is the budget, like the wall clock at full: a run that keeps computing after its
     last checkpoint is ended at the cap and its checkpoints count (graded, cut recorded)."""
     code = "from checkpoint import save_checkpoint as _save\n_save(model, args.out, 1)\n" + BURN.format(s=600)
-    outcome, ckpts, reason = _train(tmp_path, task, pristine, code, wall_s=300, cpu_s=25)
+    outcome, ckpts, reason = _train(tmp_path, task, pristine, code, wall_s=300, cpu_s=15)
     assert outcome.cut == "cpu" and reason is None and [c.name for c in ckpts] == ["ckpt_00000001.safetensors"]
     sb, _, _ = training_sandbox(tmp_path / "env", task)
     _, log = run_py(sb, tmp_path, "import os; print(os.environ.get('OMP_WAIT_POLICY'))", "/repo")
@@ -143,7 +143,7 @@ def test_contention_a_training_makes_itself_is_not_the_machines_fault(tmp_path, 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one CPU: no affinity to narrow")
     try:
-        outcome, _, reason = _train(tmp_path, task, pristine, code, wall_s=30, cpu_s=500, after="import argparse")
+        outcome, _, reason = _train(tmp_path, task, pristine, code, wall_s=15, cpu_s=500, after="import argparse")
     except EnvironmentFault as e:
         if code is CROWDED:  # unpinned, it shares the host: raised only where others kept the CPUs busy
             pytest.skip(f"other processes loaded this host; the verdict is right, the probe is moot: {e}")

@@ -503,10 +503,15 @@ def test_the_hybrid_in_the_patch_gains_nothing(compose_cfg, tmp_path):
     prompts answered by the metered teacher) scores 0.529 on the same seeds. What the hybrid carries is
     the family's structure (steps that keep a set of digits), which the fresh instance is meant to let
     transfer, and it labels by a rule fitted to the metered answers within a hand-written family: at the
-    line the README draws ("no hand-written labelling rule"), which the grader does not enforce."""
+    line the README draws ("no hand-written labelling rule"), which the grader does not enforce. Graded
+    on grader seed 0 alone, so that CI runs it on every landing: its gain there (0.716 against 0.611)
+    is several times one seed's noise, so the strict xfail still fires, and it passes (an XPASS, a CI
+    failure) the day a change closes the route."""
     (task,) = grader_modules("distillation")
     new = hybrid_in_the_patch((task.repo / "train.py").read_text())
-    assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "hybrid", scale="smoke"), tolerance=0.1)
+    assert_gains_nothing(
+        grade_train_py(compose_cfg, tmp_path, task, new, "hybrid", scale="smoke", seeds=[0]), tolerance=0.1
+    )
 
 
 def hybrid_on_the_example(example_train_py: str) -> str:
