@@ -1,5 +1,6 @@
 """The sandbox: no project root, no hidden grader, no network, writes only where allowed, caps end trees."""
 
+import os
 import sys
 import time
 import uuid
@@ -169,3 +170,26 @@ time.sleep(300)
     out = sb.run([sys.executable, "-c", script], "/workspace", 3, log, grace_s=5)
     assert out.timed_out and "ready" in log.read_text()
     assert (ws / "saved_on_term").read_text() == "ok"
+
+
+@pytest.mark.parametrize("asked, said", [("auto", True), ("none", False)])
+def test_a_run_without_a_working_bubblewrap_says_so_at_its_start(
+    asked, said, tmp_path, monkeypatch, capsys, compose_cfg
+):
+    """A bwrap on PATH that cannot make a namespace (as on a host without user namespaces): with
+    sandbox=auto the run's context says, in one line at its start, that it is unsandboxed and what
+    fixes it; sandbox=none was asked for, and says nothing."""
+    from ai4ai.grading.context import UNSANDBOXED, context
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    (fake / "bwrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    ctx = context(compose_cfg("grade", ["task=optimizer", "scale=ci", f"sandbox={asked}"]), tmp_path / "run")
+    assert ctx.backend == "none"
+    err = capsys.readouterr()
+    lines = [ln for ln in (err.out + err.err).splitlines() if "UNSANDBOXED" in ln]
+    assert len(lines) == (1 if said else 0), lines
+    if said:
+        assert UNSANDBOXED in lines[0] and "apt-get install -y bubblewrap" in lines[0]

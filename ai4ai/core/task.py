@@ -41,6 +41,10 @@ class ScaleBudget:
     peak_gpu_gib: float | None = None
     # What one seed of the shipped algorithm costs on the scale's device (see Estimate); full only.
     estimate: Estimate | None = None
+    # The CPU cap's floor at ci and smoke, in CPU-s of the calibrating host (host speed scales it
+    # like the rest of the cap): where the shipped run costs seconds, room for a published method
+    # of the family that needs more (grading.anchors.budget). 0: none.
+    cpu_min_s: float = 0.0
 
 
 ESTIMATE_UNITS = ("tokens", "samples", "env_steps", "graphs", "examples")
@@ -221,6 +225,16 @@ def _take(d: dict, where: str, required: set[str], optional: set[str] = frozense
     return d
 
 
+def _cpu_floor(raw: Any, scale: str, where: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw < 1e6:
+        raise TaskError(f"{where}: a number of CPU-s from 0 to 1e6 (0: no floor), got {raw!r}")
+    if raw and scale not in ("ci", "smoke"):
+        raise TaskError(
+            f"{where}: only ci and smoke cap CPU time; at {scale} the wall clock binds, and its floor is cap_min_s"
+        )
+    return float(raw)
+
+
 def _estimate(raw: Any, where: str) -> Estimate | None:
     if raw is None:
         return None
@@ -311,7 +325,7 @@ def parse_task(raw: Any, where: str) -> Task:
     for s, b in d["scales"].items():
         if s not in SCALES:
             raise TaskError(f"{where}: unknown scale {s!r}; scales are {SCALES}")
-        optional = {"peak_gpu_gib", "estimate"}
+        optional = {"peak_gpu_gib", "estimate", "cpu_min_s"}
         b = _take(b, f"{where}: scales.{s}", {f.name for f in fields(ScaleBudget)} - optional, optional)
         scales[s] = ScaleBudget(
             window_s=float(b["window_s"]),
@@ -324,6 +338,7 @@ def parse_task(raw: Any, where: str) -> Task:
             n_params=int(b["n_params"]),
             peak_gpu_gib=None if b.get("peak_gpu_gib") is None else float(b["peak_gpu_gib"]),
             estimate=_estimate(b.get("estimate"), f"{where}: scales.{s}.estimate"),
+            cpu_min_s=_cpu_floor(b.get("cpu_min_s", 0.0), s, f"{where}: scales.{s}.cpu_min_s"),
         )
         if len(scales[s].calibration_seeds) < 5:
             raise TaskError(f"{where}: scales.{s}.calibration_seeds needs at least 5 seeds")

@@ -77,6 +77,8 @@ def budget(task: Task, scale: str, record: Record | None, threads: int, speed: S
     else:  # a record from before CPU accounting: its wall time x threads bounds the CPU it used
         cpu = b.cap_factor * record.train_wall_s * threads
         how = f"{b.cap_factor} x shipped wall {record.train_wall_s:.1f} s x {threads} threads (record has no CPU time)"
+    if cpu < b.cpu_min_s:  # the floor, in the record host's CPU-s like the factor's product
+        cpu, how = b.cpu_min_s, f"the floor cpu_min_s {b.cpu_min_s:g} CPU-s (above {how})"
     net = LIVENESS_FACTOR * wall_cap
     if speed is not None:
         cpu, net = cpu * speed.factor, net * max(1.0, speed.factor)
@@ -123,6 +125,14 @@ def budget_rule(task: Task) -> str:
             + " or ".join(f"{x.cap_min_s:.0f} s (`{s}`)" for s, x in b.items())
             + "."
         )
+        floors = {s: x.cpu_min_s for s, x in b.items() if x.cpu_min_s}
+        if floors:
+            lines.append(
+                "- The CPU cap is never below "
+                + " or ".join(f"{f:g} CPU-s (`{s}`)" for s, f in floors.items())
+                + ", in the calibrating machine's CPU time and scaled by speed like the rest of the cap: "
+                "the shipped run costs seconds, and a method that needs more has that room."
+            )
     for s in walled:
         x = task.scale(s)
         lines.append(

@@ -14,10 +14,18 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from ai4ai.core.console import say
 from ai4ai.core.provenance import benchmark_version, default_device, device_class, task_version, torch_minor
 from ai4ai.core.task import Task, TaskError, load_task, parse_task
 from ai4ai.repo.models import with_model
 from ai4ai.sandbox.box import resolve_backend
+
+# said at the start of a run that found no working bubblewrap (sandbox=auto), not only in its result
+UNSANDBOXED = (
+    "UNSANDBOXED: bubblewrap is missing or cannot create namespaces here, so the agent and the training "
+    "run as plain processes that can read this machine's files, the hidden grader included (results say "
+    "sandbox.backend: none); fix: sudo apt-get install -y bubblewrap, or pass sandbox=none to silence this"
+)
 
 # agent.network: none; api_only (no network, only the API gateway to agent.api_hosts, which the
 # coding-agent CLIs set up in agents/cli.py); open (the host network)
@@ -121,6 +129,8 @@ def context(cfg: DictConfig, run_dir: Path, paid: bool = False) -> RunContext:
         backend = resolve_backend(cfg.sandbox.backend)
     except Exception as e:
         raise UsageError(str(e))
+    if backend == "none" and cfg.sandbox.backend == "auto":
+        say(UNSANDBOXED)
     return RunContext(
         task=task,
         scale=scale,
