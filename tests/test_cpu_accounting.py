@@ -219,3 +219,24 @@ def test_a_stale_cgroup_of_a_dead_harness_is_swept(tmp_path):
         assert sleeper.wait(timeout=10) is not None
     finally:
         cg2.close()
+
+
+def test_a_narrowed_affinity_must_be_read_at_most_samples():
+    """tree.typical_affinity: one stray reading of a narrowed set (as CI met, on an unpinned training)
+    does not make a tree's waiting its own; a tree pinned at more than half its samples is read as
+    pinned, whatever the order of its samples. Bounded fuzz over sample sequences."""
+    import random
+
+    from ai4ai.sandbox.tree import typical_affinity
+
+    assert typical_affinity([2] * 59 + [1]) == 2
+    assert typical_affinity([2, 1]) == 2 and typical_affinity([1]) == 1
+    rng = random.Random(0)
+    for _ in range(2000):
+        n = rng.randint(1, 80)
+        pinned = rng.randint(0, n)
+        seq = [1] * pinned + [rng.choice([2, 3, 4]) for _ in range(n - pinned)]
+        rng.shuffle(seq)
+        got = typical_affinity(seq)
+        assert (got == 1) == (pinned > n // 2), (seq, got)
+        assert min(seq) <= got <= max(seq)

@@ -57,6 +57,15 @@ def others_cores_since(start: tuple[float, float] | None, run_cpu_s: float) -> f
     return round(max(0.0, (end[0] - start[0]) - run_cpu_s) / (end[1] - start[1]), 3)
 
 
+def typical_affinity(per_sample: list[int]) -> int:
+    """The CPUs a tree's runnable threads were allowed, from the union's size at each sample: the
+    upper median, so a narrowed set must be read at more than half the samples. Not the fewest: CI met one sample of an unpinned training (a saturated host, no
+    affinity call anywhere) that read one CPU, and that one reading made the machine's load the
+    tree's fault. A tree that pins itself reads its narrowed set at most samples, and one that is
+    pinned for less than half its run made less than half of its waiting."""
+    return sorted(per_sample)[len(per_sample) // 2]
+
+
 class TreeCpu:
     """CPU time and scheduling of a process tree, read from the host.
 
@@ -68,8 +77,9 @@ class TreeCpu:
     Run delay: time the tree's threads spent runnable but waiting for a CPU (schedstat), the
     evidence that load, not the tree, kept it from running. `lowered` records a tree that lowered
     its own priority (nice above the harness's, SCHED_BATCH or SCHED_IDLE): its waiting is its own.
-    `affinity_cpus` is the fewest CPUs the union of its runnable threads' affinities allowed at any
-    sample: a tree that pinned itself to fewer CPUs than it was allotted made its own contention.
+    `affinity_cpus` is how many CPUs the union of its runnable threads' affinities allowed over the
+    run (typical_affinity): a tree that pinned itself to fewer CPUs than it was allotted made its own
+    contention.
     """
 
     def __init__(self, pid: int):
@@ -78,6 +88,7 @@ class TreeCpu:
         self.run_delay = 0.0
         self.lowered = False
         self.affinity_cpus: int | None = None
+        self._affinities: list[int] = []
         self._own_nice = os.getpriority(os.PRIO_PROCESS, 0)
         self._cpus: set[int] = set()
 
@@ -101,7 +112,8 @@ class TreeCpu:
         self.peak = max(self.peak, total)
         self.run_delay = max(self.run_delay, delay)
         if self._cpus:
-            self.affinity_cpus = min(self.affinity_cpus or len(self._cpus), len(self._cpus))
+            self._affinities.append(len(self._cpus))
+            self.affinity_cpus = typical_affinity(self._affinities)
         return total, n
 
     def _threads(self, pid: int) -> float:
