@@ -15,6 +15,11 @@ class that was calibrated before the probe existed; a full calibration measures 
 verify=true retrains the record's calibration seeds here (all of them, or `seeds`) and compares each
 seed's metric with the stored one, storing nothing: anyone can check that a published record still
 describes the code. It exits 1 when a seed differs by more than half the record's seed std.
+
+Where a record goes: this machine's own store (outputs/records/, read on top of the committed
+records in grader_hidden/<task>/), so that calibrating leaves the checkout as it was. commit=true
+writes it into grader_hidden/<task>/ instead, to be committed (a maintainer's step;
+tools/promote_records.py moves records already in the local store).
 """
 
 import hydra
@@ -42,7 +47,7 @@ def main(cfg: DictConfig) -> None:
     ctx = context(cfg, hydra_run_dir())
     if cfg.probe_only:
         rec = _stored(ctx, "to add a probe to", "calibrate in full (drop probe_only=true)")
-        add_probe(ctx, rec)
+        add_probe(ctx, rec, commit=bool(cfg.commit))
         return
     if cfg.verify:
         rec = _stored(ctx, "to verify", "calibrate (drop verify=true)")
@@ -58,9 +63,9 @@ def main(cfg: DictConfig) -> None:
     if cfg.cpu_only:
         rec = _stored(ctx, "to keep", "calibrate in full (drop cpu_only=true)")
         why = needs_cpu_here(ctx, rec) or "asked for (cpu_only=true)"
-        measure_cpu(ctx, rec, ctx.run_dir, why)
+        measure_cpu(ctx, rec, ctx.run_dir, why, commit=bool(cfg.commit))
         return
-    calibrate(ctx, ctx.run_dir, [int(s) for s in cfg.seeds] if cfg.seeds else None)
+    calibrate(ctx, ctx.run_dir, [int(s) for s in cfg.seeds] if cfg.seeds else None, commit=bool(cfg.commit))
 
 
 if __name__ == "__main__":

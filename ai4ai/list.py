@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import yaml
-
 from ai4ai import PROJECT_ROOT
 from ai4ai.agents import kinds
 from ai4ai.core.provenance import benchmark_version, task_version
@@ -53,11 +51,7 @@ def main() -> None:
         except TaskError as e:
             print(f"  {name:16s} BROKEN: {e}")
             continue
-        recs = (
-            (yaml.safe_load(records.anchors_path(t.grader).read_text()) or {}).get("records", [])
-            if records.anchors_path(t.grader).exists()
-            else []
-        )
+        recs = records.all_records(t.grader)  # the committed ones and this machine's
         cal = sorted(
             {
                 f"{r['key']['scale']}@{r['key']['device_class']}"

@@ -11,6 +11,7 @@ base version at a scale of the task, or at a scale the task no longer has, goes,
 class and torch; a brought model's record goes when the base version it carries is stale; a
 detail file goes with its record (one whose calibration a kept record has, re-keyed or
 relabelled since, stays). Nothing else of grader_hidden/ is touched. Git keeps what it removes.
+This machine's own store of records (outputs/records/, layout.local_records_dir) is pruned the same way.
 
 Re-key first (tools/rekey_anchors.py): records of an old version that a change did not move
 are carried to the current one there, and are then current here.
@@ -42,23 +43,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="list what would be removed; change nothing")
     a = ap.parse_args(argv)
     total = {"records": 0, "details": 0, "models": 0}
-    for name in a.tasks or list_tasks():
-        task = load_task(name)
-        current = {s: None for s in scales_in_records(task.grader, name)}
+    for name, task, store in [
+        (n, t, d) for n in a.tasks or list_tasks() for t in [load_task(n)] for d in records.stores(t.grader)
+    ]:
+        if not records.anchors_path(store).exists() and not (store / "calibration").exists():
+            continue  # no local store yet
+        current = {s: None for s in scales_in_records(store, name)}
         current.update({s: task_version(task, s) for s in task.scales})
         res = records.prune(
-            task.grader, name, current, whole=task_version(task), frozen=tree_sha256(task.repo)[:16], dry_run=a.dry_run
+            store, name, current, whole=task_version(task), frozen=tree_sha256(task.repo)[:16], dry_run=a.dry_run
         )
         verb = "would remove" if a.dry_run else "removed"
         print(
-            f"{name}: {verb} {len(res.records)} record(s), {len(res.details)} detail file(s), "
+            f"{name}{'' if store == task.grader else ' (this machine: ' + str(store) + ')'}: {verb} {len(res.records)} record(s), {len(res.details)} detail file(s), "
             f"{len(res.models)} registry entr{'y' if len(res.models) == 1 else 'ies'} "
             f"(current: {', '.join(f'{s} {v}' for s, v in sorted(current.items()) if v)})"
         )
         for k in res.records:
             print(f"  record  {k['scale']:5s} {k['task_version']} {k['device_class']} torch {k['torch']}")
         for f in res.details:
-            print(f"  detail  {f.relative_to(task.grader)}")
+            print(f"  detail  {f.relative_to(store)}")
         for e in res.models:
             print(f"  model   {e.get('task_version')} {e.get('path')}")
         total["records"] += len(res.records)

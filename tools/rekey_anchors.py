@@ -68,7 +68,7 @@ def main() -> None:
         r = json.loads(json.dumps(r))
         r.setdefault("provenance", {})["rekeyed_from"] = k["task_version"]
         r["key"]["task_version"] = new
-        records.store(task.grader, r, prune=False)
+        records.store(task.grader, r, prune=False, commit=True)
         have.add((k["scale"], new, k["device_class"]))
         moved += 1
         print(f"{a.task} {k['scale']} {k['device_class']}: {k['task_version']} -> {new}")

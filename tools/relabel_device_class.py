@@ -53,7 +53,7 @@ def main() -> None:
         new = json.loads(json.dumps(r))
         new["key"]["device_class"] = a.new
         new.setdefault("provenance", {})["relabelled_from"] = a.old
-        records.store(task.grader, new, replaces=k, prune=False)  # a relabelling removes nothing else
+        records.store(task.grader, new, replaces=k, prune=False, commit=True)  # a relabelling removes nothing else
         moved += 1
         print(f"{a.task} {k['scale']}: {a.old} -> {a.new}")
     print(f"{a.task}: {moved} relabelled")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +127,27 @@ def read_json(path: Path, default=None):
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return default
+
+
+RECORDS_ENV = "AI4AI_RECORDS_DIR"  # this machine's store of records (default: <checkout>/outputs/records)
+CHECKOUT = Path(__file__).resolve().parent.parent.parent  # the project's folder (ai4ai.PROJECT_ROOT)
+
+
+def local_records_dir(grader_dir: Path) -> Path | None:
+    """Where this machine writes the records (anchors, calibration details, brought models) of a
+    grader folder of the checkout: the committed ones are read-only at run time, and what a machine
+    measures goes to a store of its own under outputs/ (ignored by git), read on top of them
+    (grading.records). `$AI4AI_RECORDS_DIR` moves that store. None for a grader folder outside the
+    checkout (a copy elsewhere is its own store, written in place)."""
+    root = CHECKOUT
+    try:
+        rel = Path(grader_dir).resolve().relative_to(root)
+    except ValueError:
+        return None
+    if rel.parts[:1] == ("outputs",):
+        return None  # already a machine's own folder (a derived repo's grader, a local store)
+    base = Path(os.environ[RECORDS_ENV]) if os.environ.get(RECORDS_ENV) else root / "outputs" / "records"
+    return base / rel
 
 
 @contextmanager

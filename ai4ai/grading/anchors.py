@@ -227,7 +227,9 @@ def _probe(ctx: RunContext, how: str = "with the CPU time") -> dict:
     return {"host_probe": {**hostspeed.measure(ctx.threads, runs=hostspeed.CALIBRATION_RUNS), "measured": how}}
 
 
-def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None, trained: tuple = ()) -> dict:
+def calibrate(
+    ctx: RunContext, workdir: Path, seeds: list[int] | None = None, trained: tuple = (), commit: bool = False
+) -> dict:
     """Measure the anchors of ctx's task on this device class and store them; returns the record.
 
     `trained`: seeds of `seeds` that _train_shipped already ran under this same ctx (measure_cpu's
@@ -298,7 +300,7 @@ def calibrate(ctx: RunContext, workdir: Path, seeds: list[int] | None = None, tr
         **probe,
         "provenance": _provenance(ctx, t0, f"python -m ai4ai.calibrate task={task.name} scale={ctx.scale}"),
     }
-    path = store(task.grader, record, detail={"per_seed": [r.as_dict() for r in results]})
+    path = store(task.grader, record, detail={"per_seed": [r.as_dict() for r in results]}, commit=commit)
     a = record["anchors"]
     say(
         f"anchors stored in {path}: no_info {a['no_info']:.4f}, baseline {a['baseline']:.4f} "
@@ -358,7 +360,7 @@ def _phi_gap(task: Task, rec: Record, here: float, there: float) -> tuple[float,
     )
 
 
-def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
+def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str, commit: bool = False) -> dict:
     """The shipped algorithm's CPU time on this machine, stored as this device class's record.
 
     One calibration seed of the shipped algorithm is trained and graded here exactly as in a
@@ -410,7 +412,7 @@ def measure_cpu(ctx: RunContext, rec: Record, workdir: Path, why: str) -> dict:
             anchors_from=anchors_from,
         ),
     }
-    path = store(task.grader, record)
+    path = store(task.grader, record, commit=commit)
     say(
         f"CPU time stored in {path}: shipped {r0.cpu_s:.1f} CPU-s ({r0.train_s:.1f} s) on seed {seed}, whose metric "
         f"{here:.6g} reproduces the {rec.key.device_class} record's {there:.6g}; its anchors are kept"
@@ -455,7 +457,7 @@ def verify(ctx: RunContext, rec: Record, workdir: Path, seeds: list[int] | None 
     return rows
 
 
-def add_probe(ctx: RunContext, rec: Record) -> dict:
+def add_probe(ctx: RunContext, rec: Record, commit: bool = False) -> dict:
     """Store this host's probe figure in `rec` (of this device class), which was calibrated without one.
 
     The figure belongs beside the CPU time it converts, measured on the same host; a record from
@@ -476,7 +478,7 @@ def add_probe(ctx: RunContext, rec: Record) -> dict:
             f"ai4ai: the host-speed probe applies only to ci and smoke on a CPU (here: {ctx.scale}, {ctx.device})"
         )
     record = {**{k: v for k, v in rec.raw.items() if k != "provenance"}, **probe, "provenance": rec.raw["provenance"]}
-    path = store(ctx.task.grader, record)
+    path = store(ctx.task.grader, record, commit=commit)
     say(
         f"host probe stored in {path}: {probe['host_probe']['cpu_s']:.2f} CPU-s (least of "
         f"{probe['host_probe']['runs']}) for {ctx.task.name}/{ctx.scale} on {ctx.key.device_class}"

@@ -3,7 +3,11 @@ keeps the store current.
 
 Records live in grader_hidden/<task>/anchors.yaml, keyed by (task, scale, task version, device
 class, torch minor version) (context.Key), each with a calibration detail file in
-grader_hidden/<task>/calibration/. At the metered scales (ci, smoke) a record from another CPU with
+grader_hidden/<task>/calibration/. Those are the committed records, read-only at run time: what a
+machine measures is stored in its own store (layout.local_records_dir: outputs/records/grader_hidden/
+<task>/, same files), read on top of the committed ones (a local record replaces the committed one of
+its key), so that a run leaves the checkout as it was. `commit=True` (tools/promote_records.py, the
+maintenance tools) writes the committed store. At the metered scales (ci, smoke) a record from another CPU with
 the same thread count is accepted when no exact one exists (`match: metered-cpu`); at `full` only
 an exact match counts.
 
@@ -22,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from ai4ai.core.layout import file_lock, write_json
+from ai4ai.core.layout import file_lock, local_records_dir, write_json
 from ai4ai.core.scoring import Anchors
 from ai4ai.grading.context import Key
 from ai4ai.repo import registry
@@ -52,6 +56,32 @@ def _records(path: Path) -> list[dict]:
     return (yaml.safe_load(path.read_text()) or {}).get("records", [])
 
 
+def stores(grader_dir: Path) -> list[Path]:
+    """The folders holding a grader folder's records, in reading order: this machine's own store
+    first (when the grader folder is the checkout's), then the grader folder (the committed records)."""
+    local = local_records_dir(grader_dir)
+    return [local, Path(grader_dir)] if local is not None else [Path(grader_dir)]
+
+
+def store_dir(grader_dir: Path, commit: bool = False) -> Path:
+    """Where a record is written: this machine's own store, or with `commit` the grader folder itself."""
+    local = None if commit else local_records_dir(grader_dir)
+    return local if local is not None else Path(grader_dir)
+
+
+def all_records(grader_dir: Path) -> list[dict]:
+    """Every record of a grader folder as a run reads them: this machine's, then the committed ones
+    whose key it has no record of."""
+    seen, out = set(), []
+    for d in stores(grader_dir):
+        for r in _records(anchors_path(d)):
+            k = json.dumps(r["key"], sort_keys=True)
+            if k not in seen:
+                seen.add(k)
+                out.append(r)
+    return out
+
+
 def _threads(device_class: str) -> str:
     return device_class.rsplit(":", 1)[-1]
 
@@ -62,7 +92,7 @@ def _model(device_class: str) -> str:
 
 def find(grader_dir: Path, key: Key) -> Record | None:
     exact, loose = None, None
-    for r in _records(anchors_path(grader_dir)):
+    for r in all_records(grader_dir):
         k = r["key"]
         if (k["task"], k["scale"], k["task_version"], k["torch"]) != (key.task, key.scale, key.task_version, key.torch):
             continue
@@ -100,7 +130,7 @@ def train_walls(grader_dir: Path, task: str, scale: str) -> list[float]:
     """Mean shipped training wall time of every record of this task and scale, on any key."""
     return [
         float(r["train_wall_s"]["mean"])
-        for r in _records(anchors_path(grader_dir))
+        for r in all_records(grader_dir)
         if r["key"]["task"] == task and r["key"]["scale"] == scale
     ]
 
@@ -112,7 +142,12 @@ def detail_path(grader_dir: Path, key: dict) -> Path:
 
 
 def store(
-    grader_dir: Path, record: dict, replaces: dict | None = None, detail: dict | None = None, prune: bool = True
+    grader_dir: Path,
+    record: dict,
+    replaces: dict | None = None,
+    detail: dict | None = None,
+    prune: bool = True,
+    commit: bool = False,
 ) -> Path:
     """Add or replace the record with the same key (and the one keyed `replaces`, when given: a record
     relabelled to another key), with its calibration detail file when `detail` is given (the record
@@ -134,7 +169,12 @@ def store(
     record, and stays too while a kept record has its calibration (provenance calibrated_at and host:
     the record it details, re-keyed or relabelled since). `prune=False` (tools/rekey_anchors.py,
     relabel_device_class.py, which move records of other versions one by one) stores only;
-    tools/prune_records.py prunes with every scale's current version (prune), by the same rule."""
+    tools/prune_records.py prunes with every scale's current version (prune), by the same rule.
+
+    Where: this machine's own store (store_dir), or with `commit` the grader folder's committed one;
+    pruning touches only the store written."""
+    grader_dir = store_dir(grader_dir, commit)
+    grader_dir.mkdir(parents=True, exist_ok=True)
     path = anchors_path(grader_dir)
     with file_lock(path.with_suffix(".lock")):
         recs = [r for r in _records(path) if r["key"] not in (record["key"], replaces)]

@@ -1,6 +1,9 @@
 """The registry of brought models (`models.yaml` beside a task's anchors): which model each task
 version was made from, with the version of the task without it, so that `ai4ai.list` can show it
 and stale entries can go (`stale_entry`, applied by `register` and by `records.store`).
+
+Like the anchor records, an entry made by a run goes to this machine's own store
+(layout.local_records_dir), read on top of the committed models.yaml: a run leaves the checkout as it was.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.core.layout import file_lock
+from ai4ai.core.layout import file_lock, local_records_dir
 from ai4ai.core.provenance import base_version, task_version, tree_sha256
 from ai4ai.core.task import Task
 
@@ -30,8 +33,10 @@ def register(task: Task, info, frozen_repo: str) -> None:
     scales = {s: base_version(task, s) for s in task.scales}
     # anchor records are keyed by the version at their scale (grading.context): list them per scale
     versions = {s: task_version(task, s) for s in task.scales}
-    with file_lock(Path(task.grader) / REGISTRY_LOCK):
-        old = entries(Path(task.grader))
+    where = local_records_dir(task.grader) or Path(task.grader)
+    where.mkdir(parents=True, exist_ok=True)
+    with file_lock(where / REGISTRY_LOCK):
+        old = entries(where)
         kept = [e for e in old if not stale_entry(e, scales, whole, tree_sha256(base.repo)[:16])]
         if not any(e.get("task_version") == version for e in kept):
             kept.append(
@@ -49,7 +54,7 @@ def register(task: Task, info, frozen_repo: str) -> None:
                 }
             )
         if kept != old:
-            _write_entries(Path(task.grader), kept)
+            _write_entries(where, kept)
 
 
 def entries(grader_dir: Path) -> list[dict]:
@@ -108,12 +113,10 @@ def prune_registry(
 def registered(task: Task, current: bool = True) -> dict:
     """task_version -> registry entry, for the models brought to this task (`current`: only those
     derived from the frozen repo as it is now; an edit to it makes new task versions)."""
-    path = Path(task.grader) / REGISTRY
-    if not path.exists():
+    local = local_records_dir(task.grader)
+    rows = [e for d in ([Path(task.grader)] + ([local] if local else [])) for e in entries(d)]
+    if not rows:
         return {}
     frozen = tree_sha256(task.repo)[:16] if current and CACHE_ROOT not in Path(task.repo).parents else None
-    return {
-        e["task_version"]: e
-        for e in (yaml.safe_load(path.read_text()) or {}).get("models", [])
-        if frozen is None or e.get("frozen_repo") == frozen
-    }
+    # this machine's entries come last, so that they replace a committed one of the same version
+    return {e["task_version"]: e for e in rows if frozen is None or e.get("frozen_repo") == frozen}
