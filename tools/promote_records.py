@@ -43,7 +43,11 @@ def promote(task_name: str, scales: list[str] | None, dry_run: bool = False) -> 
             dp = records.detail_path(local, r["key"])
             detail = json.loads(dp.read_text()) if dp.exists() else None
             # the brought model's entry first: storing the record prunes by the registry it finds
-            mine = [e for e in models if r["key"]["task_version"] in {e["task_version"], *e.get("task_versions", {}).values()}]
+            mine = [
+                e
+                for e in models
+                if r["key"]["task_version"] in {e["task_version"], *e.get("task_versions", {}).values()}
+            ]
             if mine:
                 committed = Path(task.grader)
                 with file_lock(committed / registry.REGISTRY_LOCK):
