@@ -1,5 +1,5 @@
 """What the commands share: Hydra's run folder. Commands (run, grade, calibrate, check_task, audit,
-report, list, prepare) map their arguments onto the library and are imported by nothing."""
+report, view, list, prepare) map their arguments onto the library and are imported by nothing."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 from ai4ai import CONF_DIR, PROJECT_ROOT, pipeline
 from ai4ai.grading.context import NETWORK_MODES
 
-TOP = ("config", "grade", "calibrate", "check_task", "audit", "report")
+TOP = ("config", "grade", "calibrate", "check_task", "audit", "report", "view")
 AGENTS = sorted(p.stem for p in (PROJECT_ROOT / "conf" / "agent").glob("*.yaml"))
 
 
@@ -17,7 +17,7 @@ def test_every_top_level_config_gets_the_shared_keys(name, monkeypatch, tmp_path
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose(
             config_name=name,
-            overrides=["task=optimizer"] if name not in ("audit", "report") else [],
+            overrides=["task=optimizer"] if name not in ("audit", "report", "view") else [],
             return_hydra_config=True,
         )
     assert cfg.outputs == str(tmp_path) and cfg.hydra.job.chdir is False

@@ -64,6 +64,7 @@ FOLDERS = [
             "classify/verdict",
             "classify/__init__",
             "runs",
+            "runpage",
             "reporting",
             "auditing",
             "task_checks",
@@ -71,9 +72,14 @@ FOLDERS = [
         ],
     ),
     # the run's steps, then the commands
-    ("", ["pipeline", "entry", "run", "grade", "calibrate", "check_task", "audit", "report", "list", "prepare"]),
+    (
+        "",
+        ["pipeline", "entry", "run", "grade", "calibrate", "check_task", "audit", "report", "list", "prepare", "view"],
+    ),
 ]
-COMMANDS = {f"ai4ai.{m}" for m in ("run", "grade", "calibrate", "check_task", "audit", "report", "list", "prepare")}
+COMMANDS = {
+    f"ai4ai.{m}" for m in ("run", "grade", "calibrate", "check_task", "audit", "report", "list", "prepare", "view")
+}
 
 
 def _name(folder: str, mod: str) -> str:

@@ -11,6 +11,7 @@ never averaged together unless `mix=true`. Each section has
   from labels.yaml: `<patch sha256>: <label>` or `{label: ..., note: ...}`), mean sigma per class;
 - proxy trajectories: did runs improve over their first valid proxy, end below their best,
   and how far the hidden score landed from the final proxy.
+The HTML page links each listed run to its own page (ai4ai.analysis.runpage), written under out/runs/.
 Only the latest row of a run directory counts, and of a rerun cell (task, agent config,
 scale, seed, version, device class) only the latest run; `error` rows are counted, never scored.
 """
@@ -19,14 +20,17 @@ from __future__ import annotations
 
 import base64
 import csv
+import hashlib
 import html
 import io
 import math
+import re
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ai4ai.analysis.runpage import is_run_dir, write_page
 from ai4ai.analysis.runs import NO_SANDBOX_MARK, Section, build_sections, load_runs, read_labels
 
 # --------------------------------------------------------------------------- formats
@@ -304,9 +308,16 @@ def plots(sec: Section) -> list[tuple[str, str]]:
     return out
 
 
-def _html_table(head: list[str], rows: list[list[str]]) -> str:
+def _html_table(head: list[str], rows: list[list[str]], links: list[str | None] | None = None) -> str:
+    """`links`: per row, where its first cell links to (a run's page), or None."""
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    trs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    links = links or [None] * len(rows)
+
+    def cell(c: str, i: int, href: str | None) -> str:
+        text = html.escape(c)
+        return f"<td><a href='{html.escape(href)}'>{text}</a></td>" if i == 0 and href else f"<td>{text}</td>"
+
+    trs = "".join("<tr>" + "".join(cell(c, i, h) for i, c in enumerate(r)) + "</tr>" for r, h in zip(rows, links))
     return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
 
 
@@ -317,7 +328,9 @@ th{background:#f0f0f0}figure{margin:1em 0}figcaption{font-size:0.85em;color:#555
 h2{border-bottom:2px solid #ddd;padding-bottom:4px}"""
 
 
-def to_html(sections: list[Section], meta: dict) -> str:
+def to_html(sections: list[Section], meta: dict, pages: dict | None = None) -> str:
+    """`pages`: run folder -> the link to its page (write_run_pages); a run without one is not linked."""
+    pages = pages or {}
     parts = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>ai4ai report</title><style>{CSS}</style>"
         "</head><body><h1>ai4ai report</h1>",
@@ -345,12 +358,30 @@ def to_html(sections: list[Section], meta: dict) -> str:
             _html_table(TASK_HEAD, [task_cells(r) for r in s.tasks]),
             "<h3>Changed how the model learns</h3>",
             _html_table(CLASS_HEAD, [class_cells(r) for r in s.classes]),
-            _html_table(SUB_HEAD, [sub_cells(r) for r in s.submissions]),
+            _html_table(
+                SUB_HEAD, [sub_cells(r) for r in s.submissions], [pages.get(r["run_dir"]) for r in s.submissions]
+            ),
             "<h3>Proxy trajectories</h3>",
             _html_table(TRAJ_HEAD, [traj_cells(r) for r in s.trajectories]),
         ]
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def write_run_pages(sections: list[Section], out: Path, labels: dict) -> dict:
+    """Each listed run's page (ai4ai.analysis.runpage) under `out`/runs/, for the runs whose folder
+    is on this machine: run folder -> the page's path relative to `out`."""
+    pages = {}
+    for s in sections:
+        for row in s.submissions:
+            run_dir = Path(row["run_dir"])
+            if row["run_dir"] in pages or not is_run_dir(run_dir):
+                continue
+            tag = hashlib.sha256(row["run_dir"].encode()).hexdigest()[:8]  # folder names repeat across dates
+            rel = f"runs/{re.sub(r'[^A-Za-z0-9_.-]', '_', run_dir.name)}-{tag}.html"
+            write_page(run_dir, out / rel, labels)
+            pages[row["run_dir"]] = rel
+    return pages
 
 
 # --------------------------------------------------------------------------- entry
@@ -368,7 +399,8 @@ def report(
     runs, superseded = load_runs(Path(results))
     if scale:
         runs = [r for r in runs if r.result["scale"] == scale]
-    sections = build_sections(runs, read_labels(labels), mix)
+    labels_ = read_labels(labels)
+    sections = build_sections(runs, labels_, mix)
     meta = {
         "results": str(results),
         "runs": len(runs),
@@ -385,6 +417,6 @@ def report(
     if "csv" in formats:
         files += write_csvs(sections, out)
     if "html" in formats:
-        (out / "report.html").write_text(to_html(sections, meta))
+        (out / "report.html").write_text(to_html(sections, meta, write_run_pages(sections, out, labels_)))
         files.append(out / "report.html")
     return {"markdown": md, "files": files, "sections": sections}
