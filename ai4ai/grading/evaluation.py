@@ -25,7 +25,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ai4ai import PROJECT_ROOT
@@ -82,36 +82,82 @@ class EvalSpec:
     mode: str = "grade"  # grade | anchors (no-info and best) | proxy (validation only)
 
 
-def run_worker(spec: EvalSpec, workdir: Path, timeout_s: float = 3600) -> dict:
-    """Run the worker process; a crash of the worker itself is a harness error (raised)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    spec_path, out_path = workdir / "eval_spec.json", workdir / "eval_result.json"
-    spec_path.write_text(json.dumps(spec.__dict__, indent=1))
-    out_path.unlink(missing_ok=True)
+def _worker_env(threads: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(
         PYTHONPYCACHEPREFIX=str(PROJECT_ROOT / "outputs" / ".cache" / "eval-pycache"),
-        OMP_NUM_THREADS=str(spec.threads),
-        MKL_NUM_THREADS=str(spec.threads),
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
     )
-    root = str(PROJECT_ROOT.resolve())
-    r = subprocess.run(
-        [sys.executable, "-c", _BOOT, root, str(spec_path), str(out_path)],
-        env=env,
-        cwd=str(workdir),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-    (workdir / "eval.log").write_text(r.stdout + r.stderr)
-    if r.returncode != 0 or not out_path.exists():
-        out = (r.stderr or r.stdout).strip()
-        last = out.splitlines()[-1][:300] if out else "no output"
-        raise WorkerError(f"evaluation worker failed (exit {r.returncode}): {last}", out[-4000:])
-    return json.loads(out_path.read_text())
+    return env
+
+
+class Worker:
+    """The evaluation worker process, started before its candidates exist: while a seed trains it
+    imports torch, the pristine copy's model module and the hidden grader (a few CPU-seconds a
+    seed that otherwise follow the training), then waits on its stdin for the spec with the
+    candidates. What it is given ahead is the harness's alone (the pristine copy, the grader, the
+    scale, the device): nothing a submission writes reaches it before `result`, and `result`
+    refuses a spec that differs from the one it was started with in anything but the candidates.
+    Its output goes to eval.log; a worker never given candidates is killed by `close`."""
+
+    def __init__(self, spec: EvalSpec, workdir: Path):
+        self.head = replace(spec, candidates=[])
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.log = workdir / "eval.log"
+        self._log = open(self.log, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _BOOT, str(PROJECT_ROOT.resolve()), "--ahead", json.dumps(self.head.__dict__)],
+            env=_worker_env(spec.threads),
+            cwd=str(workdir),
+            stdin=subprocess.PIPE,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def result(self, spec: EvalSpec, timeout_s: float = 3600) -> dict:
+        """Give the worker `spec` (this worker's, with its candidates) and wait for its verdict; a
+        crash of the worker itself is a harness error (raised)."""
+        if replace(spec, candidates=[]) != self.head:
+            self.close()
+            raise ValueError("evaluation spec differs from the one the worker was started with")
+        spec_path, out_path = self.workdir / "eval_spec.json", self.workdir / "eval_result.json"
+        spec_path.write_text(json.dumps(spec.__dict__, indent=1))
+        out_path.unlink(missing_ok=True)
+        try:
+            self.proc.stdin.write(f"{spec_path}\t{out_path}\n".encode())
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # it ended before its candidates came: its exit status and log say why
+        try:
+            code = self.proc.wait(timeout=timeout_s)
+        finally:
+            self.close()
+        if code != 0 or not out_path.exists():
+            out = self.log.read_text(errors="replace").strip()
+            last = out.splitlines()[-1][:300] if out else "no output"
+            raise WorkerError(f"evaluation worker failed (exit {code}): {last}", out[-4000:])
+        return json.loads(out_path.read_text())
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdin and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        self._log.close()
+
+
+def run_worker(spec: EvalSpec, workdir: Path, timeout_s: float = 3600, worker: Worker | None = None) -> dict:
+    """Run the worker process (or give `spec` to `worker`, started ahead with it); a crash of the
+    worker itself is a harness error (raised)."""
+    return (worker or Worker(spec, workdir)).result(spec, timeout_s)
 
 
 # --------------------------------------------------------------------------- worker side
@@ -382,7 +428,8 @@ def _grade(judge: _Judge) -> dict:
 MODES = {"anchors": _anchors, "proxy": _proxy, "grade": _grade}
 
 
-def _worker(spec: EvalSpec) -> dict:
+def _prepare(spec: EvalSpec) -> _Judge:
+    """Everything a verdict needs but the candidates: torch, the pristine model's builder, the grader."""
     if spec.mode not in MODES:
         raise ValueError(f"evaluation mode {spec.mode!r}: use one of {sorted(MODES)}")
     import torch
@@ -399,13 +446,26 @@ def _worker(spec: EvalSpec) -> dict:
         if name == mod_name and not f.startswith(spec.repo):
             raise RuntimeError(f"model module {name} imported from {f}, not the pristine copy")
     grader = load_grader(spec.task, Path(spec.grader))
-    return MODES[spec.mode](_Judge(spec, grader, build, torch.device(spec.device)))
+    return _Judge(spec, grader, build, torch.device(spec.device))
 
 
 def main(argv: list[str]) -> None:
-    spec = EvalSpec(**json.loads(Path(argv[0]).read_text()))
-    result = _worker(spec)
-    Path(argv[1]).write_text(json.dumps(result, indent=1))
+    """`--ahead SPEC_JSON`: prepare for SPEC (its candidates empty), then read `SPEC_PATH<TAB>OUT_PATH`
+    on stdin and judge that spec's candidates (nothing read: the harness had none to give, exit)."""
+    if argv[0] != "--ahead":
+        raise SystemExit("usage: --ahead SPEC_JSON (spec path and result path then on stdin)")
+    head = EvalSpec(**json.loads(argv[1]))
+    judge = _prepare(head)
+    line = sys.stdin.readline().strip()
+    if not line:
+        return
+    spec_path, out_path = line.split("\t")
+    spec = EvalSpec(**json.loads(Path(spec_path).read_text()))
+    if replace(spec, candidates=[]) != head:
+        raise RuntimeError("evaluation spec differs from the one the worker was started with")
+    judge.spec = spec
+    result = MODES[spec.mode](judge)
+    Path(out_path).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

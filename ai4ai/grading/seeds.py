@@ -13,7 +13,7 @@ from pathlib import Path
 from ai4ai.core.console import say
 from ai4ai.grading.context import RunContext
 from ai4ai.grading.devices import EnvironmentFault, device_lock
-from ai4ai.grading.evaluation import CKPT_RE, EvalSpec, WorkerError, run_worker
+from ai4ai.grading.evaluation import CKPT_RE, EvalSpec, Worker, WorkerError, run_worker
 from ai4ai.grading.training import (
     build_meter_copy,
     build_once,
@@ -108,6 +108,16 @@ class Copies:
 
 def train_and_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int) -> SeedResult:
     ctx = c.ctx
+    # the evaluation worker imports what it needs while the seed trains, and waits for the checkpoints
+    worker = Worker(eval_spec(ctx, c.pristine, []), seed_dir / "eval")
+    try:
+        return _train_then_evaluate(c, seed, seed_dir, train_seed, worker)
+    finally:
+        worker.close()
+
+
+def _train_then_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int, worker: Worker) -> SeedResult:
+    ctx = c.ctx
     outcome, ckpts, reason = run_training(
         ctx, c.train_repo, train_seed, seed_dir, c.mounts, c.env, f"  seed {seed} training", c.meter_repo
     )
@@ -124,7 +134,7 @@ def train_and_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int) ->
     )
     if reason:
         return SeedResult(status="invalid", reason=reason, raw=None, **base)
-    res = run_worker(eval_spec(ctx, c.pristine, ckpts), seed_dir / "eval")
+    res = run_worker(eval_spec(ctx, c.pristine, ckpts), seed_dir / "eval", worker=worker)
     if res["chosen"] is None:
         reasons = "; ".join(c.get("reason", "") for c in res["candidates"])
         return SeedResult(
