@@ -561,7 +561,7 @@ def seeds_section(run_dir: Path, result: dict | None) -> str:
             (f"hidden {raw.get('metric') or 'metric'}", _fmt(metric)),
             ("score (σ)", _fmt(score, 4)),
             ("selection metric of the chosen checkpoint", _fmt(e.get("selection_metric"))),
-            ("validation metric", _fmt(e.get("validation_metric"))),
+            ("validation metric (the repo's own validation split, not scored)", _fmt(e.get("validation_metric"))),
             ("chosen checkpoint", e.get("chosen") or "–"),
             ("cut", _cut_text(e, timing) if e else "–"),
             ("training", f"{_fmt(e.get('train_s'), 4)} s wall, {_fmt(e.get('cpu_s'), 4)} CPU-s"),
