@@ -108,7 +108,12 @@ class Copies:
 
 def train_and_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int) -> SeedResult:
     ctx = c.ctx
-    # the evaluation worker imports what it needs while the seed trains, and waits for the checkpoints
+    # On a CPU the evaluation worker imports what it needs while the seed trains and waits for the
+    # checkpoints. On a GPU it starts after, as before: a library that opened the device while it
+    # prepared would fail the idle-GPU check the training starts with (not tried on a GPU yet), and an
+    # hour-long training gains nothing from a few seconds.
+    if ctx.device.startswith("cuda"):
+        return _train_then_evaluate(c, seed, seed_dir, train_seed, None)
     worker = Worker(eval_spec(ctx, c.pristine, []), seed_dir / "eval")
     try:
         return _train_then_evaluate(c, seed, seed_dir, train_seed, worker)
@@ -116,7 +121,7 @@ def train_and_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int) ->
         worker.close()
 
 
-def _train_then_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int, worker: Worker) -> SeedResult:
+def _train_then_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int, worker: Worker | None) -> SeedResult:
     ctx = c.ctx
     outcome, ckpts, reason = run_training(
         ctx, c.train_repo, train_seed, seed_dir, c.mounts, c.env, f"  seed {seed} training", c.meter_repo
