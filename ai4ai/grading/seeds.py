@@ -107,18 +107,10 @@ class Copies:
 
 
 def train_and_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int) -> SeedResult:
-    ctx = c.ctx
-    # On a CPU the evaluation worker imports what it needs while the seed trains and waits for the
-    # checkpoints. On a GPU it starts after, as before: a library that opened the device while it
-    # prepared would fail the idle-GPU check the training starts with (not tried on a GPU yet), and an
-    # hour-long training gains nothing from a few seconds.
-    if ctx.device.startswith("cuda"):
-        return _train_then_evaluate(c, seed, seed_dir, train_seed, None)
-    worker = Worker(eval_spec(ctx, c.pristine, []), seed_dir / "eval")
-    try:
-        return _train_then_evaluate(c, seed, seed_dir, train_seed, worker)
-    finally:
-        worker.close()
+    # The evaluation worker starts after the training. Started beside it (evaluation.Worker can be),
+    # its imports share the cores with the training's start, whose CPU time the cap counts: in CI on
+    # 2026-12-06 a ci probe near its 15 CPU-s cap was cut at 16 CPU-s twice that way.
+    return _train_then_evaluate(c, seed, seed_dir, train_seed, None)
 
 
 def _train_then_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int, worker: Worker | None) -> SeedResult:
