@@ -18,11 +18,9 @@ scale, seed, version, device class) only the latest run; `error` rows are counte
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import html
-import io
 import math
 import re
 import time
@@ -30,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ai4ai.analysis.runpage import is_run_dir, write_page
+from ai4ai.analysis.runpage import is_run_dir, png_base64, write_page
 from ai4ai.analysis.runs import NO_SANDBOX_MARK, Section, build_sections, load_runs, read_labels
 
 # --------------------------------------------------------------------------- formats
@@ -234,12 +232,7 @@ def write_csvs(sections: list[Section], out: Path) -> list[Path]:
 
 
 def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
+    return png_base64(fig, 100)
 
 
 def plots(sec: Section) -> list[tuple[str, str]]:

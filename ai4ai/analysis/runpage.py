@@ -119,13 +119,18 @@ def _none(why: str) -> str:
     return f"<p class='none'>none recorded: {esc(why)}</p>"
 
 
-def _png(fig) -> str:
+def png_base64(fig, dpi: int) -> str:
+    """A matplotlib figure as base64 PNG (the figure closed): what an offline page embeds."""
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
-    return f"<img alt='plot' src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>"
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _png(fig) -> str:
+    return f"<img alt='plot' src='data:image/png;base64,{png_base64(fig, 90)}'>"
 
 
 def _plt():

@@ -95,10 +95,10 @@ def _worker_env(threads: int) -> dict:
 
 
 class Worker:
-    """The evaluation worker process, started before its candidates exist: while a seed trains it
-    imports torch, the pristine copy's model module and the hidden grader (a few CPU-seconds a
-    seed that otherwise follow the training), then waits on its stdin for the spec with the
-    candidates. What it is given ahead is the harness's alone (the pristine copy, the grader, the
+    """The evaluation worker process. It imports torch, the pristine copy's model module and the
+    hidden grader first, then waits on its stdin for the spec with the candidates, so it can be
+    started before they exist (gradings do not: beside a training its imports cost that training
+    CPU time under its cap; see grading.seeds). What it is given ahead is the harness's alone (the pristine copy, the grader, the
     scale, the device): nothing a submission writes reaches it before `result`, and `result`
     refuses a spec that differs from the one it was started with in anything but the candidates.
     Its output goes to eval.log; a worker never given candidates is killed by `close`."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from ai4ai.core.console import say
 from ai4ai.grading.context import RunContext
 from ai4ai.grading.devices import EnvironmentFault, device_lock
-from ai4ai.grading.evaluation import CKPT_RE, EvalSpec, Worker, WorkerError, run_worker
+from ai4ai.grading.evaluation import CKPT_RE, EvalSpec, WorkerError, run_worker
 from ai4ai.grading.training import (
     build_meter_copy,
     build_once,
@@ -107,13 +107,6 @@ class Copies:
 
 
 def train_and_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int) -> SeedResult:
-    # The evaluation worker starts after the training. Started beside it (evaluation.Worker can be),
-    # its imports share the cores with the training's start, whose CPU time the cap counts: in CI on
-    # 2026-12-06 a ci probe near its 15 CPU-s cap was cut at 16 CPU-s twice that way.
-    return _train_then_evaluate(c, seed, seed_dir, train_seed, None)
-
-
-def _train_then_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int, worker: Worker | None) -> SeedResult:
     ctx = c.ctx
     outcome, ckpts, reason = run_training(
         ctx, c.train_repo, train_seed, seed_dir, c.mounts, c.env, f"  seed {seed} training", c.meter_repo
@@ -131,7 +124,10 @@ def _train_then_evaluate(c: Copies, seed: int, seed_dir: Path, train_seed: int, 
     )
     if reason:
         return SeedResult(status="invalid", reason=reason, raw=None, **base)
-    res = run_worker(eval_spec(ctx, c.pristine, ckpts), seed_dir / "eval", worker=worker)
+    # The evaluation worker starts after the training. Started beside it (evaluation.Worker can be),
+    # its imports share the cores with the training's start, whose CPU time the cap counts: in CI on
+    # 2026-12-06 a ci probe near its 15 CPU-s cap was cut at 16 CPU-s twice that way.
+    res = run_worker(eval_spec(ctx, c.pristine, ckpts), seed_dir / "eval")
     if res["chosen"] is None:
         reasons = "; ".join(c.get("reason", "") for c in res["candidates"])
         return SeedResult(
