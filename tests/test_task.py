@@ -156,3 +156,51 @@ def test_the_shipped_check_fails_a_correct_record_at_its_stated_rate():
         rate = float(np.mean(np.abs(gap) > shipped_tolerance(1.0, n_graded, n_cal)))
         assert 0.0018 < rate < 0.0037, (n_graded, n_cal, rate)
     assert shipped_tolerance(0.02, 3, 5) > 3 * 0.02 / np.sqrt(3)
+
+
+@pytest.mark.parametrize("name", list_tasks())
+def test_every_example_names_its_method_family(name):
+    from ai4ai.analysis.task_checks import example_families
+
+    patches = {p.name for p in (PROJECT_ROOT / "examples" / name).glob("*.patch")}
+    assert set(example_families(name)) == patches
+
+
+@pytest.mark.parametrize(
+    "text, fails",
+    [
+        ("a.patch: schedule\nb.patch: averaging\n", None),
+        ("a.patch: schedule\n", "without a family: ['b.patch']"),
+        ("a.patch: schedule\nb.patch: averaging\nc.patch: masking\n", "not an example: ['c.patch']"),
+        ("a.patch: schedule\nb.patch: ''\n", "must map each example's file name"),
+        ("- a.patch\n- b.patch\n", "must map each example's file name"),
+        ("a.patch: [1, 2]\nb.patch: x\n", "must map each example's file name"),
+        ("a.patch: {x\n", "while parsing"),
+    ],
+)
+def test_a_families_file_that_does_not_match_the_examples_fails_with_a_reason(tmp_path, monkeypatch, text, fails):
+    from ai4ai.analysis import task_checks
+
+    t = load_task("optimizer")
+    ex = tmp_path / "examples" / t.name
+    ex.mkdir(parents=True)
+    for n in ("a.patch", "b.patch"):
+        (ex / n).write_text((PROJECT_ROOT / "examples" / t.name / "muon.patch").read_text())
+    (ex / "families.yaml").write_text(text)
+    monkeypatch.setattr(task_checks, "PROJECT_ROOT", tmp_path)
+    rep = Report(lines=[])
+    contract_checks(t, rep)
+    bad = [line for line in rep.lines if line[0] == "FAIL"]
+    if fails is None:
+        assert bad == []
+    else:
+        assert len(bad) == 1 and "families.yaml" in bad[0][1] and fails in bad[0][2], bad
+
+
+def test_two_examples_of_one_family_count_once_and_an_unnamed_one_not_at_all():
+    from ai4ai.analysis.task_checks import families_that_pay
+
+    fam = {"dpop.patch": "anchored", "rpo.patch": "anchored", "pft.patch": "supervised"}
+    assert families_that_pay(["dpop.patch", "rpo.patch"], fam) == ["anchored"]
+    assert families_that_pay(["dpop.patch", "pft.patch", "new.patch"], fam) == ["anchored", "supervised"]
+    assert families_that_pay([], fam) == []

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig
 
 from ai4ai import PROJECT_ROOT
@@ -30,6 +31,8 @@ EXAMPLE_MARGIN = 3.0  # an example must beat 0.1 by more than 3 x the seed noise
 MIN_EFFECT = 0.05  # ... and by at least this much of the scale: a tiny noise floor makes no gain "significant"
 ANCHOR_MARGIN = 5.0  # anchors must be separated by more than 5 x the seed std of phi
 TOY_LEVEL = 0.8  # no known method may reach this
+FAMILIES_REQUIRED = 3  # distinct method families (examples/<task>/families.yaml) with a paying example
+FAMILIES_FILE = "families.yaml"  # examples/<task>/families.yaml: patch file name -> method family
 EVAL_NOISE_MAX = 0.01  # the test split's own sampling noise, in sigma
 REPRODUCE_SIGMAS = 3.0  # the shipped algorithm on the grader seeds may differ from 0.1 by this many SEs
 
@@ -66,6 +69,26 @@ class Report:
     def warn(self, what: str, why: str) -> None:
         self.lines.append(("WARN", what, why))
         print(f"  WARN  {what}\n        -> {why}", flush=True)
+
+
+def example_families(task_name: str) -> dict[str, str]:
+    """examples/<task>/families.yaml: each example patch's method family (a schedule, weight averaging,
+    a robust loss, ...). Raises ValueError on a file that is not a mapping of names to non-empty text."""
+    path = PROJECT_ROOT / "examples" / task_name / FAMILIES_FILE
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in data.items()
+    ):
+        raise ValueError(f"{_rel(path)} must map each example's file name to its family (text)")
+    return {k: v.strip() for k, v in data.items()}
+
+
+def families_that_pay(paying: list[str], families: dict[str, str]) -> list[str]:
+    """The distinct method families of the paying examples; an example without a family counts for
+    none (two examples of one family count once)."""
+    return sorted({families[n] for n in paying if n in families})
 
 
 def _rel(p: Path) -> str:
@@ -155,6 +178,18 @@ def contract_checks(task: Task, rep: Report) -> None:
             )
         except PatchFormatError as e:
             rep.check(False, f"example {p.name} is a unified diff", str(e))
+    patches = {p.name for p in (PROJECT_ROOT / "examples" / task.name).glob("*.patch")}
+    if patches:
+        try:
+            fam = example_families(task.name)
+            rep.check(
+                set(fam) == patches,
+                f"examples/{task.name}/{FAMILIES_FILE} names the family of every example, and only those",
+                f"without a family: {sorted(patches - set(fam)) or 'none'}; "
+                f"not an example: {sorted(set(fam) - patches) or 'none'}",
+            )
+        except (ValueError, yaml.YAMLError) as e:
+            rep.check(False, f"examples/{task.name}/{FAMILIES_FILE} reads", str(e))
 
 
 def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) -> None:
@@ -264,6 +299,23 @@ def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) 
         f"(best {best_margin:.1f} x noise; paying: {', '.join(paying) or 'none'})",
         "add an example patch of a published improvement, or the task does not discriminate algorithms above its noise",
     )
+    try:
+        fam = example_families(task.name)
+    except (ValueError, yaml.YAMLError):
+        fam = {}  # the contract check has said why
+    families = families_that_pay(paying, fam)
+    if cfg.examples != "all":
+        rep.warn(
+            f"method families that pay: {len(families)} ({'; '.join(families) or 'none'})",
+            f"not checked against {FAMILIES_REQUIRED}: examples= graded a subset",
+        )
+    else:
+        rep.check(
+            len(families) >= FAMILIES_REQUIRED,
+            f"at least {FAMILIES_REQUIRED} method families pay ({len(families)}: {'; '.join(families) or 'none'})",
+            "a task that rewards one idea measures that idea, not research: widen it (its source, budget, "
+            "prepared model or hidden metric; never by tuning to a method) until several published families pay",
+        )
 
 
 def check(cfg: DictConfig, run_dir: Path, tuning=None) -> int:
