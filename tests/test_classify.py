@@ -419,6 +419,7 @@ def test_example_labels_are_unchanged():
         "reward_model/conservative_bt_ema": "algorithm",
         "reward_model/rater_noise_model": "algorithm",
         "sft/warmup_cosine": "algorithm",
+        "sft/ema": "algorithm",
         "unlearning/gradient_difference": "algorithm",
         "unlearning/npo_retain": "algorithm",
     }
