@@ -420,6 +420,7 @@ def test_example_labels_are_unchanged():
         "reward_model/rater_noise_model": "algorithm",
         "sft/warmup_cosine": "algorithm",
         "sft/ema": "algorithm",
+        "sft/muon": "algorithm",
         "unlearning/gradient_difference": "algorithm",
         "unlearning/npo_retain": "algorithm",
     }

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 # the noise goes as 1/sqrt(n), so 20,736 would just pass and 32,000 should give ~0.0080. A greedy
 # pass over it takes ~30 s on one CPU thread at ci/smoke.
 SPLITS = {"selection": 1024, "test": 32000, "validation": 1024}
-TRAIN_EXAMPLES = {"ci": 4_096, "smoke": 24_576, "full": 4_194_304}
+TRAIN_EXAMPLES = {"ci": 4_096, "smoke": 16_384, "full": 4_194_304}
 if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py)
     TRAIN_EXAMPLES = {**TRAIN_EXAMPLES, "full": 512}
     SPLITS = {"selection": 128, "test": 256, "validation": 128}  # the hidden splits too: evaluation in seconds

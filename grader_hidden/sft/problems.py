@@ -18,7 +18,7 @@ K_MIN, K_MAX = 6, 6  # operators per problem
 M, N_OPS = len(VALUES), len(OPERATORS)
 # operator frequencies follow a Zipf law of exponent ZIPF (operator `a` is the most common, `z`
 # the rarest), in problems and in the pretraining facts alike: 36 x 26 = 936 facts, the rarest
-# (`z`, 0.34% of operators) seen about 14 times each in a smoke run's training split, so
+# (`z`, 0.34% of operators) seen about 9 times each in a smoke run's training split, so
 # learning them from few examples is the bottleneck. With exponent 1 the rarest facts were seen
 # ~40 times and a warmup + cosine schedule alone learned nearly all of them (exact match 0.96,
 # sigma 0.87 at smoke: a toy by check_task's 0.8 line); prototype at smoke, one seed, shipped

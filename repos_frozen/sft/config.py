@@ -72,7 +72,7 @@ class Scale:
 
 SCALES = {
     "ci": Scale(n_layer=2, n_embd=64, n_head=4, budget_examples=4_096, pretrain_steps=1_000),
-    "smoke": Scale(n_layer=2, n_embd=64, n_head=4, budget_examples=24_576, pretrain_steps=1_000),
+    "smoke": Scale(n_layer=2, n_embd=64, n_head=4, budget_examples=16_384, pretrain_steps=1_000),
     # full, one H200 (estimate; README "Full scale"): 10.7M params, 1,048,576 examples (a quarter of the
     # grader's 4,194,304-example split) = 67M tokens, 262,144 steps of 4 (train.py's BATCH_SIZE, the
     # smoke sweep's choice); 6*N*D = 4.3e15 FLOPs (seconds at 30% MFU), dispatch-bound at ~8.5 ms a

@@ -138,18 +138,19 @@ def test_committed_files_regenerate(grader, P, repo_modules, val, tmp_path):
 
 
 def test_every_fact_is_in_the_smoke_split_and_the_rare_ones_are_few(P):
-    """1.0 is attainable from the served data (each of the 936 facts `x op = y` is worked at least 5
+    """1.0 is attainable from the served data (each of the 936 facts `x op = y` is worked at least 4
     times in the smoke training split), and the rare operators' facts are seen only a few times each:
     with Zipf exponent 1 (~40 sightings of the rarest) a warmup + cosine schedule alone learned
-    nearly all of them and the task was a toy (sigma 0.87 at smoke)."""
+    nearly all of them and the task was a toy (sigma 0.87 at smoke); with exponent 1.5 and 24,576
+    examples (~14 sightings) Muon reached sigma 0.81, so smoke serves 16,384 (~9.5)."""
     rows = np.frombuffer((REPO / "data" / "train_smoke.u8").read_bytes(), np.uint8).reshape(-1, P.SEQ_LEN)
     counts = np.zeros((P.N_OPS, P.M), np.int64)
     for r in rows:
         text = P.decode(r[1:])
         for step in text[text.index(":") + 1 : text.index(">")].split(";")[:-1]:
             counts[P.OPERATORS.index(step[1]), P.VALUES.index(step[0])] += 1
-    assert counts.min() >= 5
-    assert counts[-1].mean() < 20 and counts[0].mean() > 1000
+    assert counts.min() >= 4
+    assert counts[-1].mean() < 12 and counts[0].mean() > 1000
 
 
 def test_hidden_splits_are_disjoint_and_large(grader, P):
