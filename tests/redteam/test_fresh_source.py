@@ -109,10 +109,6 @@ pool, laws = synthetic_batch(total_steps * BATCH_SIZE, 128, order)
 
 EDITS = (  # (shipped text, the probe's)
     (
-        "total_steps = split.budget // BATCH_SIZE\n",
-        "total_steps = split.budget * 5 // 4 // BATCH_SIZE       # text of the source costs no budget\n",
-    ),
-    (
         "    batch = split.get(idx).to(device)                                  # [B, T]\n",
         "    rows = slice(step * BATCH_SIZE, (step + 1) * BATCH_SIZE)\n"
         "    batch, law = pool[rows].to(device), laws[rows].to(device)\n",
@@ -242,5 +238,7 @@ def test_the_probe_carries_the_visible_source_under_the_information_check(tmp_pa
 def test_the_visible_source_written_into_the_patch_gains_nothing(compose_cfg, tmp_path):
     task, g, _ = _grader()
     new = source_in_the_patch((task.repo / "train.py").read_text(), g._source("visible"))
-    # no gain over the shipped algorithm (before: 0.273 at ci, perplexity 9.28 against the shipped 10.26)
+    # no gain over the shipped algorithm (before: 0.273 at ci, perplexity 9.28 against the shipped 10.26,
+    # trained then on 5/4 of the budget's steps). It trains the shipped number of steps: at 5/4 it cost
+    # 1.1 x the shipped run's CPU time, and a slow spell of CI's host cut it twice at 16 of 15 CPU-s.
     assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "source_in_the_patch"))
