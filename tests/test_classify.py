@@ -423,6 +423,7 @@ def test_example_labels_are_unchanged():
         "sft/muon": "algorithm",
         "unlearning/gradient_difference": "algorithm",
         "unlearning/npo_retain": "algorithm",
+        "unlearning/unlikelihood_retain": "algorithm",
     }
     found = {}
     for p in sorted((PROJECT_ROOT / "examples").glob("*/*.patch")):
