@@ -25,6 +25,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -82,6 +84,32 @@ class EvalSpec:
     mode: str = "grade"  # grade | anchors (no-info and best) | proxy (validation only)
 
 
+PARENT_ENV = "AI4AI_EVAL_PARENT"
+PARENT_POLL_S = 0.2
+
+
+def _exit_with_parent() -> None:
+    """A worker does not outlive the harness that started it. Its parent's pid comes in the
+    environment (PARENT_ENV); a thread checks every PARENT_POLL_S that it is still the parent and
+    ends the process the moment it is not (the harness was killed: a grading stopped with SIGKILL, a
+    Slurm job cancelled), so that no evaluation goes on burning a core for a run nobody reads. A
+    poll, not the kernel's parent-death signal, which fires when the *thread* that started the
+    process ends (the proxy starts workers from its server's threads)."""
+    parent = int(os.environ.get(PARENT_ENV) or 0)
+    if not parent:
+        return
+    if os.getppid() != parent:
+        os._exit(3)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def _worker_env(threads: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(
@@ -91,6 +119,7 @@ def _worker_env(threads: int) -> dict:
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
     )
+    env[PARENT_ENV] = str(os.getpid())  # the harness process the worker must not outlive
     return env
 
 
@@ -101,7 +130,8 @@ class Worker:
     CPU time under its cap; see grading.seeds). What it is given ahead is the harness's alone (the pristine copy, the grader, the
     scale, the device): nothing a submission writes reaches it before `result`, and `result`
     refuses a spec that differs from the one it was started with in anything but the candidates.
-    Its output goes to eval.log; a worker never given candidates is killed by `close`."""
+    Its output goes to eval.log; a worker never given candidates is killed by `close`, and a worker
+    whose harness dies ends with it (`_exit_with_parent`)."""
 
     def __init__(self, spec: EvalSpec, workdir: Path):
         self.head = replace(spec, candidates=[])
@@ -454,6 +484,7 @@ def main(argv: list[str]) -> None:
     on stdin and judge that spec's candidates (nothing read: the harness had none to give, exit)."""
     if argv[0] != "--ahead":
         raise SystemExit("usage: --ahead SPEC_JSON (spec path and result path then on stdin)")
+    _exit_with_parent()
     head = EvalSpec(**json.loads(argv[1]))
     judge = _prepare(head)
     line = sys.stdin.readline().strip()

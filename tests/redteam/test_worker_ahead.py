@@ -2,7 +2,8 @@
 given its candidates afterwards. Invariant: what it judges is exactly the spec it was started with
 plus the candidates the harness snapshotted; any other field that differs (another repo, grader,
 scale, mode, device) is refused on both sides of the pipe, and a worker never given candidates
-leaves no process behind. Checked on the real worker process with real checkpoints."""
+leaves no process behind, nor does one whose harness was killed. Checked on the real worker
+process with real checkpoints."""
 
 import os
 from dataclasses import replace
@@ -100,3 +101,48 @@ def test_a_worker_that_fails_while_preparing_is_a_harness_error(tmp_path, task, 
     with pytest.raises(WorkerError, match="exit 1") as e:
         run_worker(spec, tmp_path / "w", worker=w)
     assert "no_such_module" in e.value.detail
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (a reparented child may wait unreaped)."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process states from /proc")
+def test_a_worker_ends_with_the_harness_that_started_it(tmp_path, task, pristine):
+    """A harness killed while its worker judges (SIGKILL: nothing of it runs) leaves no worker
+    behind: before, the worker went on judging every candidate and wrote its verdict for nobody."""
+    import signal
+    import time
+
+    paths = _ckpts(tmp_path, task, n=40)  # enough candidates to judge for many seconds
+    spec = eval_spec(grade_setup(tmp_path, task), pristine, paths)
+    wdir, pid_file = tmp_path / "w", tmp_path / "worker.pid"
+    harness = os.fork()
+    if harness == 0:  # the harness: starts the worker, gives it its candidates, waits for the verdict
+        try:
+            w = Worker(replace(spec, candidates=[]), wdir)
+            pid_file.write_text(str(w.proc.pid))
+            w.result(spec)
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + 300
+    while not ((wdir / "eval_spec.json").exists() and pid_file.exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker = int(pid_file.read_text())
+    time.sleep(1.0)  # it has read its spec and is judging
+    assert _running(worker)
+    os.kill(harness, signal.SIGKILL)
+    os.waitpid(harness, 0)
+    gone_by = time.monotonic() + 10
+    while _running(worker) and time.monotonic() < gone_by:
+        time.sleep(0.05)
+    still = _running(worker)
+    if still:
+        os.kill(worker, signal.SIGKILL)
+    assert not still, "the evaluation worker outlived the harness that started it"
+    assert not (wdir / "eval_result.json").exists()
