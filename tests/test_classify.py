@@ -416,6 +416,7 @@ def test_example_labels_are_unchanged():
         "graph_diffusion/marginal_noise": "hyperparameters",
         "graph_diffusion/marginal_noise_cosine_lr": "algorithm",
         "graph_diffusion/warmup_cosine": "algorithm",
+        "optimizer/ema": "algorithm",
         "optimizer/muon": "algorithm",
         "optimizer/warmup_cosine": "algorithm",
         "pruning/wanda": "algorithm",
