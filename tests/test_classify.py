@@ -420,6 +420,7 @@ def test_example_labels_are_unchanged():
         "optimizer/ema": "algorithm",
         "optimizer/muon": "algorithm",
         "optimizer/warmup_cosine": "algorithm",
+        "pruning/sensitivity_sparsity": "algorithm",
         "pruning/obd_fisher": "algorithm",
         "pruning/wanda": "algorithm",
         "reward_model/conservative_bt_ema": "algorithm",
