@@ -133,6 +133,10 @@ def test_a_worker_ends_with_the_harness_that_started_it(tmp_path, task, pristine
     deadline = time.monotonic() + 300
     while not ((wdir / "eval_spec.json").exists() and pid_file.exists()) and time.monotonic() < deadline:
         time.sleep(0.05)
+    if not pid_file.exists():
+        os.kill(harness, signal.SIGKILL)
+        os.waitpid(harness, 0)
+        pytest.fail("the forked harness never started its worker")
     worker = int(pid_file.read_text())
     time.sleep(1.0)  # it has read its spec and is judging
     assert _running(worker)
