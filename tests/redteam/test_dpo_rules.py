@@ -152,10 +152,9 @@ def test_the_solver_labels_every_prompt_as_the_grader_does(tmp_path):
     assert len(kinds) == 3 * 5 + 2  # every task with every constraint it takes
 
 
-def _graded(compose_cfg, tmp_path, scale, data, passes=4, **kw):
-    """The probe of `train_py(..., data, passes, **kw)` graded at `scale`; every seed must run to its end.
-    At smoke on grader seed 0 alone: the shipped DPO's seed noise is under 0.001 sigma, so more seeds
-    would measure nothing more, and one keeps the probe cheap enough for every landing."""
+def _graded(compose_cfg, tmp_path, scale, data, passes=4, seeds=(0,), **kw):
+    """The probe of `train_py(..., data, passes, **kw)` graded at `scale` on `seeds` of its grader seeds
+    (at smoke; every seed of the scale elsewhere); every seed must run to its end."""
     (task,) = grader_modules("dpo")
     (tmp_path / data).mkdir()
     r = grade_train_py(
@@ -165,7 +164,7 @@ def _graded(compose_cfg, tmp_path, scale, data, passes=4, **kw):
         train_py((task.repo / "train.py").read_text(), data, passes, **kw),
         f"dpo_{data}",
         scale=scale,
-        seeds=[0] if scale == "smoke" else None,
+        seeds=list(seeds) if scale == "smoke" else None,
     )
     assert r["status"] == "graded", r.get("reason")
     print(
@@ -181,7 +180,11 @@ def _graded(compose_cfg, tmp_path, scale, data, passes=4, **kw):
     return r
 
 
-def _compare(rules, metered, tolerance, gain):
+def _compare(rules, metered, gain):
+    """The made examples' mean score is not above the metered pairs' by more than 0.03 or by more than
+    three standard errors of the difference of the two means, whichever is larger."""
+    import statistics
+
     # the metered run drew its whole budget once, the rules run none
     def served(r):
         return [s.get("served", {}).get("data.PairSplit", {}).get("served", 0) for s in r["checkpoints"]["per_seed"]]
@@ -191,13 +194,15 @@ def _compare(rules, metered, tolerance, gain):
         n > 0 and n == s["served"]["data.PairSplit"]["budget"]
         for n, s in zip(served(metered), metered["checkpoints"]["per_seed"])
     ), served(metered)
-    print("rules", rules["raw"]["per_seed"], rules["score"], "metered", metered["raw"]["per_seed"], metered["score"])
-    assert metered["score"] > 0.1 + gain, (
-        "the metered SFT must itself gain (the shipped DPO's seed noise is under "
-        "0.001 sigma, the test split's sampling noise about 0.003), or the comparison "
-        "says nothing"
+    a, b = rules["score_per_seed"], metered["score_per_seed"]
+    assert len(a) == len(b) >= 3, "three seeds a side at least: one grading's draw spreads by ~0.04"
+    se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
+    tolerance = max(0.03, 3 * se)
+    print("rules", a, statistics.mean(a), "metered", b, statistics.mean(b), "se", se, "tolerance", tolerance)
+    assert statistics.mean(b) > 0.1 + gain, (
+        "the metered SFT must itself gain (its seeds spread by ~0.01 a seed), or the comparison says nothing"
     )
-    assert rules["score"] < metered["score"] + tolerance, (rules["score"], metered["score"])
+    assert statistics.mean(a) < statistics.mean(b) + tolerance, (a, b, tolerance)
 
 
 @pytest.mark.slow
@@ -205,11 +210,16 @@ def _compare(rules, metered, tolerance, gain):
 def test_made_examples_gain_nothing_over_the_metered_pairs_at_smoke(compose_cfg, tmp_path):
     """Graded at smoke through the real pipeline (CI's second call, every landing): the solver's fresh
     examples against four passes over the served pairs, the same SFT and steps. At ci's 128 steps both
-    barely move the policy (0.120 against 0.111 on 2026-12-03), so ci measures nothing here."""
+    barely move the policy (0.120 against 0.111 on 2026-12-03), so ci measures nothing here.
+
+    Three grader seeds a side: every grading draws fresh training seeds, and this SFT's greedy rate
+    spreads by ~0.011 a seed (five seeds a side on 2026-12-07, AMD EPYC: rules 0.174 +- 0.012, score
+    0.221; metered 0.185 +- 0.011, score 0.232), with rarer draws further out (0.2305 for the rules on
+    one CI host, 4.7 of those deviations above their mean). One seed a side, as this test first did,
+    failed at a tolerance of 0.03 on such a draw; three keep the comparison's standard error near 0.01."""
     _compare(
-        _graded(compose_cfg, tmp_path, "smoke", "rules"),
-        _graded(compose_cfg, tmp_path, "smoke", "metered"),
-        tolerance=0.03,
+        _graded(compose_cfg, tmp_path, "smoke", "rules", seeds=(0, 1, 2)),
+        _graded(compose_cfg, tmp_path, "smoke", "metered", seeds=(0, 1, 2)),
         gain=0.05,
     )
 
