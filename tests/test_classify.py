@@ -408,6 +408,7 @@ def test_example_labels_are_unchanged():
         "diffusion_rl/dpok": "algorithm",
         "diffusion_rl/rwr": "algorithm",
         "distillation/augmented_transfer_set": "engineering",
+        "distillation/ema": "algorithm",
         "distillation/word_level_kd": "algorithm",
         "dpo/dpop": "algorithm",
         "dpo/preferred_ft": "algorithm",
