@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ai4ai import PROJECT_ROOT
 from ai4ai.analysis.task_checks import MIN_EFFECT, Report, rewarded
-from ai4ai.analysis.tuning import noise_sigma, patch_source, point_patch, points, shipped_value, tuning_checks
+from ai4ai.analysis.tuning import declared_patches, noise_sigma, patch_source, point_patch, points, shipped_value, tuning_checks
 from ai4ai.core.task import TaskError, list_tasks, load_task, parse_task
 from ai4ai.grading import records
 from ai4ai.grading.context import context
@@ -97,7 +97,7 @@ def test_a_point_at_the_shipped_values_is_an_empty_patch():
 @pytest.mark.parametrize(
     "tuning,msg",
     [
-        ({"LR": 1.0e-3}, r"unknown key\(s\) \['LR'\]; a joint search has search, points and seed"),
+        ({"LR": 1.0e-3}, r"unknown key\(s\) \['LR'\]; a joint search has search, points, seed and patches"),
         ("LR=1e-3", "tuning must be a list of points, each a mapping .*, or a joint search"),
         ([{}], r"tuning\[0\]: a point is a non-empty mapping"),
         (["LR=1e-3"], r"tuning\[0\]: a point is a non-empty mapping"),
@@ -140,11 +140,72 @@ def test_every_task_declares_a_sweep_that_builds(name):
     pts = points(task)  # a joint search expanded
     patches = [point_patch(task, pt) for pt in pts]  # a point that does not fit raises
     assert sum(not p for p in patches) <= 1  # at most one is the shipped recipe
-    for pt, patch in zip(pts, patches):
+    for pt, patch in [*zip(pts, patches), *declared_patches(task)]:
         if patch:
             files = {n for _, n, _ in parse_patch(patch)}
             assert files and all(task.is_editable(f) for f in files), pt
             assert not from_patch(task, task.repo, patch, scale="smoke").rejected, pt
+
+
+SFT_PASSES = "tuning/sft/passes_1.4.patch"
+
+
+@pytest.mark.parametrize(
+    "tuning,msg",
+    [
+        ({"patches": SFT_PASSES}, r"tuning.patches: a list of paths of .patch files"),
+        ({"patches": [SFT_PASSES, 3]}, r"tuning.patches: a list of paths"),
+        ({"patches": [""]}, r"tuning.patches: a list of paths"),
+        ({"patches": [str(PROJECT_ROOT / SFT_PASSES)]}, "must be a path inside the project, from its root"),
+        ({"patches": ["../" + PROJECT_ROOT.name + "/" + SFT_PASSES]}, None),  # inside after all: accepted
+        ({"patches": ["../../etc/passwd"]}, "must be a path inside the project"),
+        ({"patches": ["tuning/sft/no_such.patch"]}, "is not a .patch file of the project"),
+        ({"patches": ["conf/task/sft.yaml"]}, "is not a .patch file of the project"),
+        ({"patches": ["tuning/sft"]}, "is not a .patch file of the project"),
+        ({"patches": [SFT_PASSES, SFT_PASSES]}, "a patch appears twice"),
+        ({"patches": [SFT_PASSES], "points": 2}, r"tuning.search: a non-empty mapping"),
+        ({"search": {"LR": [1.0e-3]}, "patches": [SFT_PASSES] * 1}, None),
+        ({"search": {"A": list(range(8)), "B": list(range(7))}, "points": 64, "patches": [SFT_PASSES]}, "over 64 points"),
+    ],
+)
+def test_declared_tuning_patches_are_checked_when_the_config_loads(tuning, msg):
+    d = copy.deepcopy(RAW)
+    d["tuning"] = tuning
+    if msg is None:
+        assert parse_task(d, "sft.yaml").tuning.patches
+        return
+    with pytest.raises(TaskError, match=msg):
+        parse_task(d, "sft.yaml")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["..", ".", "conf", "tuning", "sft", "passes_1.4.patch", "", "x.patch", "/", "~", "etc"]),
+        min_size=1,
+        max_size=7,
+    )
+)
+def test_a_tuning_patch_path_is_refused_unless_it_is_a_patch_file_inside_the_project(parts):
+    """Whatever the path's shape (dots, doubled or leading slashes, names that do not exist): parsing
+    either refuses it with a TaskError or it names an existing .patch file inside the project."""
+    rel = "/".join(parts)
+    d = copy.deepcopy(RAW)
+    d["tuning"] = {"patches": [rel]}
+    try:
+        task = parse_task(d, "sft.yaml")
+    except TaskError:
+        return
+    path = (PROJECT_ROOT / rel).resolve()
+    assert path.is_relative_to(PROJECT_ROOT.resolve()) and path.suffix == ".patch" and path.is_file()
+    assert declared_patches(task) == [(f"patch {rel}", path.read_text())]
+
+
+def test_a_sweep_of_patches_alone_has_no_constant_points():
+    d = copy.deepcopy(RAW)
+    d["tuning"] = {"patches": [SFT_PASSES]}
+    task = parse_task(d, "sft.yaml")
+    assert points(task) == () and [name for name, _ in declared_patches(task)] == [f"patch {SFT_PASSES}"]
 
 
 @pytest.mark.parametrize(
@@ -287,3 +348,28 @@ def test_a_two_point_sweep_grades_for_real_at_ci(compose_cfg, tmp_path, capsys):
     # one check per point, failing exactly where the point clears 0.1 by more than the margin
     fails = [line for line in rep.lines if line[0] == "FAIL"]
     assert len(fails) == sum(r.verdict == "FAIL" for r in rows)
+
+
+@pytest.mark.slow
+def test_a_declared_patch_is_graded_as_a_point_at_ci(compose_cfg, tmp_path, capsys):
+    """sft's declared patch (1.4 passes over the served examples) through the real grading at ci: its
+    row carries the patch's name and the verdict of the rule every point is held to, and the training
+    run made the patch's steps (1.4 x the 1,024 of one pass at ci's 4,096 examples, batches of 4)."""
+    cfg = compose_cfg(
+        "check_task",
+        ["task=sft", "scale=ci", "stats=false", "tuning=true", "~task.tuning", f"+task.tuning={{patches:[{SFT_PASSES}]}}"],
+    )
+    run_dir = tmp_path / "run"
+    rep = Report(lines=[])
+    rows = tuning_checks(cfg, load_task("sft"), rep, run_dir)
+    out = capsys.readouterr().out
+    assert [r.point for r in rows] == [f"patch {SFT_PASSES}"]
+    (r,) = rows
+    task = load_task("sft")
+    noise = noise_sigma(task, records.find(task.grader, context(cfg, run_dir).key))
+    assert r.scored.status == "graded", r.scored.reason
+    assert r.verdict == ("FAIL" if rewarded(r.scored.score, noise) else "ok") and r.point in out
+    seed = task.scale("ci").grader_seeds[0]
+    log = (run_dir / "tuning" / "point_0" / f"seed_{seed}" / "train.log").read_text()
+    assert f"for {int(1.4 * 4096) // 4} steps of 4 examples" in log, log[:400]
+    assert [line[0] for line in rep.lines].count("FAIL") == (r.verdict == "FAIL")

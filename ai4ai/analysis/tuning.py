@@ -6,7 +6,9 @@ joint search, {search: {CONSTANT: [values]}, points: N, seed: S}, whose grid is 
 the knobs of their values and the shipped one, less the shipped recipe, and of which `points`
 combinations drawn with `seed` are graded (`points`): knobs moved together, not one at a time.
 Each point becomes a patch changing those constants and nothing else, graded like an example (the
-grader seeds, the same anchors and noise floor). A point that clears 0.1 as an example must
+grader seeds, the same anchors and noise floor). A joint search may also declare `patches:`, files
+under tuning/<task>/ that change the recipe where no constant does (one more pass over the
+data the budget served, for a recipe that makes one): each is graded as one more point. A point that clears 0.1 as an example must
 (task_checks.rewarded: by more than EXAMPLE_MARGIN x the noise and by at least MIN_EFFECT) fails
 the check: tuning alone beats the shipped recipe, so the task would measure tuning, not algorithms
 (TASKS.md: honest baselines). The fix is to ship the best point as the default and recalibrate.
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig
+
+from ai4ai import PROJECT_ROOT
 
 from ai4ai.analysis.task_checks import EXAMPLE_MARGIN, MIN_EFFECT, Report, rewarded
 from ai4ai.core.console import say
@@ -196,13 +200,30 @@ def noise_sigma(task: Task, rec) -> float:
     return seed_noise_sigma(sd, rec.anchors, m.direction, m.transform)
 
 
-def _row(point: tuple, s: Scored | None, noise: float) -> Row:
+def _row(point: tuple | str, s: Scored | None, noise: float) -> Row:
+    name = point if isinstance(point, str) else label(point)
     if s is None:
-        return Row(label(point), None, None, "shipped")
+        return Row(name, None, None, "shipped")
     if s.status == "error":
-        return Row(label(point), s, None, "ERROR")
+        return Row(name, s, None, "ERROR")
     margin = (s.score - 0.1) / noise
-    return Row(label(point), s, margin, "FAIL" if rewarded(s.score, noise) else "ok")
+    return Row(name, s, margin, "FAIL" if rewarded(s.score, noise) else "ok")
+
+
+def declared_patches(task: Task) -> list[tuple[str, str]]:
+    """(label, unified diff) of each patch the sweep declares (TuningSearch.patches): changes of the
+    recipe no constant names, graded as points like the others."""
+    t = task.tuning
+    if not isinstance(t, TuningSearch):
+        return []
+    out = []
+    for rel in t.patches:
+        path = PROJECT_ROOT / rel
+        try:
+            out.append((f"patch {rel}", path.read_text()))
+        except (OSError, UnicodeDecodeError) as e:
+            raise TaskError(f"task {task.name}: tuning patch {rel} cannot be read ({e})") from e
+    return out
 
 
 def print_table(rows: list[Row], noise: float) -> None:
@@ -237,11 +258,18 @@ def tuning_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) -> li
     try:
         pts = points(task)
         patches = [point_patch(task, pt) for pt in pts]  # every point builds before any grading
+        declared = declared_patches(task)
     except TaskError as e:
         rep.check(False, "tuning points build as patches of the entry script", str(e))
         return []
     if isinstance(task.tuning, TuningSearch):
-        print(f"        joint search: {len(pts)} point(s) of {' x '.join(n for n, _ in task.tuning.knobs)}")
+        knobs = " x ".join(n for n, _ in task.tuning.knobs)
+        print(
+            f"        joint search: {len(pts)} point(s)" + (f" of {knobs}" if knobs else "")
+            + (f", and {len(declared)} declared patch(es)" if declared else "")
+        )
+    pts = [*pts, *(name for name, _ in declared)]
+    patches = [*patches, *(text for _, text in declared)]
     rec = anchors.ensure(ctx)
     noise = noise_sigma(task, rec)
     setup = anchors.with_budget(ctx, rec)
@@ -252,9 +280,10 @@ def tuning_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) -> li
             rows.append(_row(pt, None, noise))
             continue
         sub = from_patch(task, task.repo, patch, scale=ctx.scale)
-        if not rep.check(not sub.rejected, f"tuning point {label(pt)} passes the patch filter", f"{sub.rejected}"):
+        name = pt if isinstance(pt, str) else label(pt)
+        if not rep.check(not sub.rejected, f"tuning point {name} passes the patch filter", f"{sub.rejected}"):
             continue
-        say(f"grading tuning point {label(pt)}")
+        say(f"grading tuning point {name}")
         rows.append(
             _row(
                 pt,

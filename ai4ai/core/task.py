@@ -147,6 +147,10 @@ class TuningSearch:
     knobs: tuple  # (("[file.py:]CONSTANT", (value, ...)), ...) in the config's order
     points: int | None = None
     seed: int = 0
+    # `patches: [tuning/<task>/NAME.patch, ...]`: changes of the recipe that no constant of the
+    # source names (more passes over the served data, a larger batch with the same steps...), each
+    # graded as one more point of the sweep; paths from the project's root
+    patches: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -579,13 +583,17 @@ def _tuning_name(name: Any, at: str) -> str:
 
 
 def parse_search(raw: dict, where: str) -> TuningSearch:
-    """`tuning: {search: {KNOB: [values, ...]}, points: N, seed: S}` (TuningSearch)."""
+    """`tuning: {search: {KNOB: [values, ...]}, points: N, seed: S, patches: [PATH, ...]}` (TuningSearch);
+    `{patches: [PATH, ...]}` alone where the recipe has no constant to search."""
     at = f"{where}: tuning"
-    unknown = sorted(str(k) for k in set(raw) - {"search", "points", "seed"})
+    unknown = sorted(str(k) for k in set(raw) - {"search", "points", "seed", "patches"})
     if unknown:
-        raise TaskError(f"{at}: unknown key(s) {unknown}; a joint search has search, points and seed")
+        raise TaskError(f"{at}: unknown key(s) {unknown}; a joint search has search, points, seed and patches")
+    patches = parse_tuning_patches(raw.get("patches", []), f"{at}.patches")
     search = raw.get("search")
-    if not isinstance(search, dict) or not search:
+    if search is None and patches and not set(raw) & {"points", "seed"}:
+        search = {}
+    elif not isinstance(search, dict) or not search:
         raise TaskError(f"{at}.search: a non-empty mapping {{CONSTANT: [values]}} of the knobs searched jointly")
     knobs, size = [], 1
     for name, values in search.items():
@@ -609,7 +617,26 @@ def parse_search(raw: dict, where: str) -> TuningSearch:
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TaskError(f"{at}.seed: a whole number (the sample's seed), got {seed!r}")
-    return TuningSearch(knobs=tuple(knobs), points=points, seed=seed)
+    if (size - 1 if points is None else min(size - 1, points)) + len(patches) > MAX_POINTS:
+        raise TaskError(f"{at}: over {MAX_POINTS} points to grade with the {len(patches)} patch(es): fewer points")
+    return TuningSearch(knobs=tuple(knobs), points=points, seed=seed, patches=patches)
+
+
+def parse_tuning_patches(raw: Any, at: str) -> tuple[str, ...]:
+    """`patches:` of a sweep: distinct paths, relative to the project's root and inside it, of existing
+    .patch files (read when the sweep is graded)."""
+    if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
+        raise TaskError(f"{at}: a list of paths of .patch files from the project's root, got {raw!r}")
+    root = PROJECT_ROOT.resolve()
+    for rel in raw:
+        path = (root / rel).resolve()
+        if Path(rel).is_absolute() or not path.is_relative_to(root):
+            raise TaskError(f"{at}: {rel!r} must be a path inside the project, from its root (tuning/...)")
+        if path.suffix != ".patch" or not path.is_file():
+            raise TaskError(f"{at}: {rel!r} is not a .patch file of the project (looked for {path})")
+    if len(set(raw)) != len(raw):
+        raise TaskError(f"{at}: a patch appears twice in {raw!r}")
+    return tuple(raw)
 
 
 def parse_tuning(raw: Any, where: str) -> tuple | TuningSearch | None:
