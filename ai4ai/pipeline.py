@@ -297,6 +297,7 @@ def grade_and_record(
         cpu_cap_s=grading.cpu_cap_s,
         train_cpu_s=round(sum(r.cpu_s or 0.0 for r in seed_results), 2),
         host_speed=grading.host_speed,
+        cpu_vs_shipped=anchors.cpu_vs_shipped(record_, [r.cpu_s for r in seed_results], grading.host_speed),
     )
     out = finish(ctx, cell, record_, Graded(sub, scored, seed_results, timing, cost, seeds, started_at))
     if cell.key is not None and (repeated or out["status"] != "error"):

@@ -42,6 +42,9 @@ def test_baseline_agent_scores_about_point_one(baseline_ci_run, tmp_path):
     assert r["status"] == "graded" and r["submission"]["files"] == []
     assert abs(r["score"] - 0.1) < 0.06, r["score_per_seed"]
     assert r["raw"]["mean"] > r["anchors"]["best"]
+    # the shipped algorithm's own run costs about what the record's shipped runs cost, carried to this
+    # host (a wrong sum over seeds or a missing host-speed factor would put it at 0.5x-2x and beyond)
+    assert 0.6 < r["timing"]["cpu_vs_shipped"] < 1.6, r["timing"]
     cands = r["checkpoints"]["per_seed"][0]["candidates"]
     assert len(cands) == 3 and all(c["valid"] for c in cands)
     for f in ("agent.log", "submission.patch", "submission.json", "grade/seed_0/train.log"):

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 
 from ai4ai import PROJECT_ROOT
 from ai4ai.analysis.task_checks import MIN_EFFECT, Report, rewarded
-from ai4ai.analysis.tuning import declared_patches, noise_sigma, patch_source, point_patch, points, shipped_value, tuning_checks
+from ai4ai.analysis.tuning import (
+    declared_patches,
+    noise_sigma,
+    patch_source,
+    point_patch,
+    points,
+    shipped_value,
+    tuning_checks,
+)
 from ai4ai.core.task import TaskError, list_tasks, load_task, parse_task
 from ai4ai.grading import records
 from ai4ai.grading.context import context
@@ -165,7 +173,10 @@ SFT_PASSES = "tuning/sft/passes_1.4.patch"
         ({"patches": [SFT_PASSES, SFT_PASSES]}, "a patch appears twice"),
         ({"patches": [SFT_PASSES], "points": 2}, r"tuning.search: a non-empty mapping"),
         ({"search": {"LR": [1.0e-3]}, "patches": [SFT_PASSES] * 1}, None),
-        ({"search": {"A": list(range(8)), "B": list(range(7))}, "points": 64, "patches": [SFT_PASSES]}, "over 64 points"),
+        (
+            {"search": {"A": list(range(8)), "B": list(range(7))}, "points": 64, "patches": [SFT_PASSES]},
+            "over 64 points",
+        ),
     ],
 )
 def test_declared_tuning_patches_are_checked_when_the_config_loads(tuning, msg):
@@ -357,7 +368,14 @@ def test_a_declared_patch_is_graded_as_a_point_at_ci(compose_cfg, tmp_path, caps
     run made the patch's steps (1.4 x the 1,024 of one pass at ci's 4,096 examples, batches of 4)."""
     cfg = compose_cfg(
         "check_task",
-        ["task=sft", "scale=ci", "stats=false", "tuning=true", "~task.tuning", f"+task.tuning={{patches:[{SFT_PASSES}]}}"],
+        [
+            "task=sft",
+            "scale=ci",
+            "stats=false",
+            "tuning=true",
+            "~task.tuning",
+            f"+task.tuning={{patches:[{SFT_PASSES}]}}",
+        ],
     )
     run_dir = tmp_path / "run"
     rep = Report(lines=[])

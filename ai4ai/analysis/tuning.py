@@ -26,7 +26,6 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ai4ai import PROJECT_ROOT
-
 from ai4ai.analysis.task_checks import EXAMPLE_MARGIN, MIN_EFFECT, Report, rewarded
 from ai4ai.core.console import say
 from ai4ai.core.scoring import Scored, score_seeds, seed_noise_sigma
@@ -265,7 +264,8 @@ def tuning_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) -> li
     if isinstance(task.tuning, TuningSearch):
         knobs = " x ".join(n for n, _ in task.tuning.knobs)
         print(
-            f"        joint search: {len(pts)} point(s)" + (f" of {knobs}" if knobs else "")
+            f"        joint search: {len(pts)} point(s)"
+            + (f" of {knobs}" if knobs else "")
             + (f", and {len(declared)} declared patch(es)" if declared else "")
         )
     pts = [*pts, *(name for name, _ in declared)]

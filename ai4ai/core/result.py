@@ -14,6 +14,12 @@ from pathlib import Path
 from ai4ai import SCHEMA
 from ai4ai.core.scoring import Scored
 
+# A result whose training runs used at least this many times the shipped run's CPU time
+# (timing.cpu_vs_shipped) says so in its final line: the CPU cap's headroom (cap_factor, 1.5 at ci and
+# smoke) can be spent on plain steps, and on optimizer, sft and graph_diffusion 1.4 passes of the
+# shipped recipe pay (docs/tasks.md, "Compute headroom buys steps").
+CPU_NOTE_AT = 1.1
+
 STATUSES = ("graded", "invalid", "error")
 RAW_KEYS = ("metric", "direction", "per_seed", "mean", "std")
 EMPTY_COST = {"usd": None, "input_tokens": None, "output_tokens": None}
@@ -184,6 +190,9 @@ def final_line(result: dict, run_dir: Path) -> str:
         if c.get("cut") == "cpu"
     ]
     note += f" [{'; '.join(cuts)}]" if cuts else ""
+    ratio = (result.get("timing") or {}).get("cpu_vs_shipped")
+    if ratio is not None and ratio >= CPU_NOTE_AT:
+        note += f" [compute: {ratio:.2f} x the shipped run's CPU time a seed]"
     note += "".join(f" [flag: {f}]" for f in result.get("flags") or [])
     sb = " [sandbox: none]" if result["sandbox"]["backend"] == "none" else ""
     return (

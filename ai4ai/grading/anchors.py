@@ -156,6 +156,18 @@ def host_speed(ctx: RunContext, record: Record | None) -> Speed | None:
     return hostspeed.ratio(hostspeed.measure(ctx.threads)["cpu_s"], there)
 
 
+def cpu_vs_shipped(record: Record | None, cpu_s: list, speed: dict | None) -> float | None:
+    """The mean CPU time of a grading's training runs (`cpu_s`, CPU-s per seed; None where unread) over
+    the shipped algorithm's mean in `record`, carried to this host by `speed` (the factor the CPU cap
+    was scaled by). None where either side is unknown."""
+    shipped = ((record.raw.get("train_cpu_s") or {}).get("mean") if record is not None else None) or None
+    used = [c for c in cpu_s if c is not None and c > 0]
+    if shipped is None or not used:
+        return None
+    factor = (speed or {}).get("factor") or 1.0
+    return round(sum(used) / len(used) / (shipped * factor), 3)
+
+
 def with_budget(ctx: RunContext, record: Record | None, **changes) -> RunContext:
     """`ctx` with the caps a training run gets under `record` on this host (and any other fields changed)."""
     speed = host_speed(ctx, record)
