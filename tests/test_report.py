@@ -136,6 +136,7 @@ def fixture_db(tmp_path):
             backend="none",
             files=["optim.py"],
             patch_sha="d" * 64,
+            cpu_vs_shipped=1.46,
         ),
         patch=muon,
     )
@@ -199,6 +200,8 @@ def test_classes_with_a_human_override(fixture_db, tmp_path):
     assert by_dir["claude1"]["class"] == "hyperparameters" and "LR" in by_dir["claude1"]["reason"]
     assert by_dir["base0"]["class"] == "none"
     assert by_dir["muon0"]["class"] == "engineering" and by_dir["muon0"]["source"] == "override"
+    # what each run's training spent against the shipped run's, where the result says it
+    assert by_dir["muon0"]["cpu_vs_shipped"] == 1.46 and by_dir["base0"]["cpu_vs_shipped"] is None
     classes = {r["class"]: r for r in sec.classes}
     assert classes["none"]["runs"] == 3 and classes["none"]["mean_sigma"] == pytest.approx((0.10 + 0.12 + 0.20) / 3)
     assert classes["algorithm"]["mean_sigma"] == pytest.approx(0.30)
@@ -286,6 +289,13 @@ def test_cli_writes_every_format(fixture_db, tmp_path):
     ):
         assert (out / f).is_file(), f
     assert load_runs(db)[1] == 1
+    # the submissions table says what each run's training spent against the shipped run's
+    md = (out / "report.md").read_text()
+    head = next(ln for ln in md.splitlines() if ln.startswith("| run |"))
+    muon = next(ln for ln in md.splitlines() if ln.startswith("| muon0 |"))
+    col = [c.strip() for c in head.split("|")].index("CPU × shipped")
+    assert [c.strip() for c in muon.split("|")][col] == "1.46"
+    assert "cpu_vs_shipped" in (out / "submissions.csv").read_text().splitlines()[0]
 
 
 # --------------------------------------------------------------------------- the HTML page in Chromium

@@ -110,7 +110,7 @@ TASK_HEAD = [
     "share of 0.1→1.0",
 ]
 CLASS_HEAD = ["class", "runs", "mean σ", "human labels", "agents"]
-SUB_HEAD = ["run", "task", "agent", "σ", "class", "source", "reason", "flags"]
+SUB_HEAD = ["run", "task", "agent", "σ", "CPU × shipped", "class", "source", "reason", "flags"]
 TRAJ_HEAD = [
     "agent",
     "runs",
@@ -135,6 +135,7 @@ def sub_cells(row):
         row["task"],
         row["agent"],
         _fmt(row["sigma"]),
+        _fmt(row.get("cpu_vs_shipped"), 2),
         row["class"],
         row["source"],
         row["reason"],

@@ -259,6 +259,8 @@ def submission_table(runs: list[Run], labels: dict) -> list[dict]:
                 "agent": r.agent[0],
                 "status": r.result["status"],
                 "sigma": r.result.get("score"),
+                # the training runs' CPU time over the shipped run's (docs/tasks.md: the cap's headroom buys steps)
+                "cpu_vs_shipped": (r.result.get("timing") or {}).get("cpu_vs_shipped"),
                 "patch_sha256": (r.result.get("submission") or {}).get("sha256"),
                 "class": c.label,
                 "source": source,
