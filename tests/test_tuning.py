@@ -3,6 +3,7 @@
 
 import ast
 import copy
+import dataclasses
 
 import pytest
 import yaml
@@ -20,7 +21,7 @@ from ai4ai.analysis.tuning import (
     shipped_value,
     tuning_checks,
 )
-from ai4ai.core.task import TaskError, list_tasks, load_task, parse_task
+from ai4ai.core.task import TaskError, TuningSearch, list_tasks, load_task, parse_task
 from ai4ai.grading import records
 from ai4ai.grading.context import context
 from ai4ai.repo.patches import parse_patch
@@ -210,6 +211,22 @@ def test_a_tuning_patch_path_is_refused_unless_it_is_a_patch_file_inside_the_pro
     path = (PROJECT_ROOT / rel).resolve()
     assert path.is_relative_to(PROJECT_ROOT.resolve()) and path.suffix == ".patch" and path.is_file()
     assert declared_patches(task) == [(f"patch {rel}", path.read_text())]
+
+
+def test_an_empty_or_unreadable_declared_patch_is_refused_before_grading(tmp_path, monkeypatch):
+    import ai4ai.analysis.tuning as tuning
+
+    (tmp_path / "tuning").mkdir()
+    (tmp_path / "tuning" / "empty.patch").write_text("\n")
+    (tmp_path / "tuning" / "latin.patch").write_bytes(b"--- a/train.py\n\xff\xfe\n")
+    d = copy.deepcopy(RAW)
+    d["tuning"] = {"patches": [SFT_PASSES]}
+    task = parse_task(d, "sft.yaml")
+    monkeypatch.setattr(tuning, "PROJECT_ROOT", tmp_path)
+    for name, msg in (("empty", "is empty: a declared point must change the recipe"), ("latin", "cannot be read")):
+        bad = TuningSearch(knobs=(), patches=(f"tuning/{name}.patch",))
+        with pytest.raises(TaskError, match=msg):
+            declared_patches(dataclasses.replace(task, tuning=bad))
 
 
 def test_a_sweep_of_patches_alone_has_no_constant_points():

@@ -7,9 +7,9 @@ the knobs of their values and the shipped one, less the shipped recipe, and of w
 combinations drawn with `seed` are graded (`points`): knobs moved together, not one at a time.
 Each point becomes a patch changing those constants and nothing else, graded like an example (the
 grader seeds, the same anchors and noise floor). A joint search may also declare `patches:`, files
-under tuning/<task>/ that change the recipe where no constant does (one more pass over the
-data the budget served, for a recipe that makes one): each is graded as one more point. A point that clears 0.1 as an example must
-(task_checks.rewarded: by more than EXAMPLE_MARGIN x the noise and by at least MIN_EFFECT) fails
+under tuning/<task>/ that change the recipe where no constant does (more passes over the data the
+budget served, for a recipe that makes one): each is graded as one more point. A point that clears
+0.1 as an example must (task_checks.rewarded: by more than EXAMPLE_MARGIN x the noise and by at least MIN_EFFECT) fails
 the check: tuning alone beats the shipped recipe, so the task would measure tuning, not algorithms
 (TASKS.md: honest baselines). The fix is to ship the best point as the default and recalibrate.
 """
@@ -219,9 +219,12 @@ def declared_patches(task: Task) -> list[tuple[str, str]]:
     for rel in t.patches:
         path = PROJECT_ROOT / rel
         try:
-            out.append((f"patch {rel}", path.read_text()))
+            text = path.read_text()
         except (OSError, UnicodeDecodeError) as e:
             raise TaskError(f"task {task.name}: tuning patch {rel} cannot be read ({e})") from e
+        if not text.strip():  # an empty diff would be taken for the shipped recipe and never graded
+            raise TaskError(f"task {task.name}: tuning patch {rel} is empty: a declared point must change the recipe")
+        out.append((f"patch {rel}", text))
     return out
 
 
