@@ -168,9 +168,9 @@ SFT_PASSES = "tuning/sft/passes_1.4.patch"
         ({"patches": [str(PROJECT_ROOT / SFT_PASSES)]}, "must be a path inside the project, from its root"),
         ({"patches": ["../" + PROJECT_ROOT.name + "/" + SFT_PASSES]}, None),  # inside after all: accepted
         ({"patches": ["../../etc/passwd"]}, "must be a path inside the project"),
-        ({"patches": ["tuning/sft/no_such.patch"]}, "is not a .patch file of the project"),
-        ({"patches": ["conf/task/sft.yaml"]}, "is not a .patch file of the project"),
-        ({"patches": ["tuning/sft"]}, "is not a .patch file of the project"),
+        ({"patches": ["tuning/sft/no_such.patch"]}, None),  # a missing file is refused where graded
+        ({"patches": ["conf/task/sft.yaml"]}, "does not name a .patch file"),
+        ({"patches": ["tuning/sft"]}, "does not name a .patch file"),
         ({"patches": [SFT_PASSES, SFT_PASSES]}, "a patch appears twice"),
         ({"patches": [SFT_PASSES], "points": 2}, r"tuning.search: a non-empty mapping"),
         ({"search": {"LR": [1.0e-3]}, "patches": [SFT_PASSES] * 1}, None),
@@ -200,7 +200,8 @@ def test_declared_tuning_patches_are_checked_when_the_config_loads(tuning, msg):
 )
 def test_a_tuning_patch_path_is_refused_unless_it_is_a_patch_file_inside_the_project(parts):
     """Whatever the path's shape (dots, doubled or leading slashes, names that do not exist): parsing
-    either refuses it with a TaskError or it names an existing .patch file inside the project."""
+    refuses it with a TaskError, or it names a .patch path inside the project, which the sweep reads
+    or, missing, refuses with a TaskError before any grading."""
     rel = "/".join(parts)
     d = copy.deepcopy(RAW)
     d["tuning"] = {"patches": [rel]}
@@ -209,8 +210,13 @@ def test_a_tuning_patch_path_is_refused_unless_it_is_a_patch_file_inside_the_pro
     except TaskError:
         return
     path = (PROJECT_ROOT / rel).resolve()
-    assert path.is_relative_to(PROJECT_ROOT.resolve()) and path.suffix == ".patch" and path.is_file()
-    assert declared_patches(task) == [(f"patch {rel}", path.read_text())]
+    assert path.is_relative_to(PROJECT_ROOT.resolve()) and path.suffix == ".patch"
+    try:
+        declared = declared_patches(task)
+    except TaskError as e:
+        assert not path.is_file() and "is not a file of the project" in str(e)
+        return
+    assert path.is_file() and declared == [(f"patch {rel}", path.read_text())]
 
 
 def test_an_empty_or_unreadable_declared_patch_is_refused_before_grading(tmp_path, monkeypatch):
@@ -223,7 +229,11 @@ def test_an_empty_or_unreadable_declared_patch_is_refused_before_grading(tmp_pat
     d["tuning"] = {"patches": [SFT_PASSES]}
     task = parse_task(d, "sft.yaml")
     monkeypatch.setattr(tuning, "PROJECT_ROOT", tmp_path)
-    for name, msg in (("empty", "is empty: a declared point must change the recipe"), ("latin", "cannot be read")):
+    for name, msg in (
+        ("empty", "is empty: a declared point must change the recipe"),
+        ("latin", "cannot be read"),
+        ("absent", "is not a file of the project"),
+    ):
         bad = TuningSearch(knobs=(), patches=(f"tuning/{name}.patch",))
         with pytest.raises(TaskError, match=msg):
             declared_patches(dataclasses.replace(task, tuning=bad))

@@ -218,6 +218,8 @@ def declared_patches(task: Task) -> list[tuple[str, str]]:
     out = []
     for rel in t.patches:
         path = PROJECT_ROOT / rel
+        if not path.is_file():
+            raise TaskError(f"task {task.name}: tuning patch {rel} is not a file of the project (looked for {path})")
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as e:

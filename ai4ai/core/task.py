@@ -623,8 +623,9 @@ def parse_search(raw: dict, where: str) -> TuningSearch:
 
 
 def parse_tuning_patches(raw: Any, at: str) -> tuple[str, ...]:
-    """`patches:` of a sweep: distinct paths, relative to the project's root and inside it, of existing
-    .patch files (read when the sweep is graded)."""
+    """`patches:` of a sweep: distinct paths of .patch files, relative to the project's root and
+    inside it. That each exists is checked where the sweep is graded (tuning.declared_patches): a
+    task loads to be run or graded from a copy of the project without the tuning/ folder."""
     if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
         raise TaskError(f"{at}: a list of paths of .patch files from the project's root, got {raw!r}")
     root = PROJECT_ROOT.resolve()
@@ -632,8 +633,8 @@ def parse_tuning_patches(raw: Any, at: str) -> tuple[str, ...]:
         path = (root / rel).resolve()
         if Path(rel).is_absolute() or not path.is_relative_to(root):
             raise TaskError(f"{at}: {rel!r} must be a path inside the project, from its root (tuning/...)")
-        if path.suffix != ".patch" or not path.is_file():
-            raise TaskError(f"{at}: {rel!r} is not a .patch file of the project (looked for {path})")
+        if path.suffix != ".patch":
+            raise TaskError(f"{at}: {rel!r} does not name a .patch file (tuning/<task>/NAME.patch)")
     if len(set(raw)) != len(raw):
         raise TaskError(f"{at}: a patch appears twice in {raw!r}")
     return tuple(raw)
