@@ -351,19 +351,17 @@ def test_an_empty_sweep_warns_and_grades_nothing(compose_cfg, tmp_path):
     assert [line[0] for line in rep.lines] == ["PASS", "WARN"] and not (tmp_path / "run" / "tuning").exists()
 
 
+def _sweep_at_ci(compose_cfg, tuning: str):
+    """check_task's config for sft at ci with `tuning` (a Hydra value) in place of the declared sweep."""
+    return compose_cfg(
+        "check_task",
+        ["task=sft", "scale=ci", "stats=false", "tuning=true", "~task.tuning", f"+task.tuning={tuning}"],
+    )
+
+
 @pytest.mark.slow
 def test_a_two_point_sweep_grades_for_real_at_ci(compose_cfg, tmp_path, capsys):
-    cfg = compose_cfg(
-        "check_task",
-        [
-            "task=sft",
-            "scale=ci",
-            "stats=false",
-            "tuning=true",
-            "~task.tuning",
-            "+task.tuning=[{BATCH_SIZE:12},{LR:3.5e-3}]",
-        ],
-    )
+    cfg = _sweep_at_ci(compose_cfg, "[{BATCH_SIZE:12},{LR:3.5e-3}]")
     run_dir = tmp_path / "run"
     rep = Report(lines=[])
     rows = tuning_checks(cfg, load_task("sft"), rep, run_dir)
@@ -393,17 +391,7 @@ def test_a_declared_patch_is_graded_as_a_point_at_ci(compose_cfg, tmp_path, caps
     """sft's declared patch (1.4 passes over the served examples) through the real grading at ci: its
     row carries the patch's name and the verdict of the rule every point is held to, and the training
     run made the patch's steps (1.4 x the 1,024 of one pass at ci's 4,096 examples, batches of 4)."""
-    cfg = compose_cfg(
-        "check_task",
-        [
-            "task=sft",
-            "scale=ci",
-            "stats=false",
-            "tuning=true",
-            "~task.tuning",
-            f"+task.tuning={{patches:[{SFT_PASSES}]}}",
-        ],
-    )
+    cfg = _sweep_at_ci(compose_cfg, f"{{patches:[{SFT_PASSES}]}}")
     run_dir = tmp_path / "run"
     rep = Report(lines=[])
     rows = tuning_checks(cfg, load_task("sft"), rep, run_dir)

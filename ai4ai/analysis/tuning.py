@@ -199,8 +199,13 @@ def noise_sigma(task: Task, rec) -> float:
     return seed_noise_sigma(sd, rec.anchors, m.direction, m.transform)
 
 
+def _name(point: tuple | str) -> str:
+    """A constant point's label, or a declared patch's name as declared_patches gives it."""
+    return point if isinstance(point, str) else label(point)
+
+
 def _row(point: tuple | str, s: Scored | None, noise: float) -> Row:
-    name = point if isinstance(point, str) else label(point)
+    name = _name(point)
     if s is None:
         return Row(name, None, None, "shipped")
     if s.status == "error":
@@ -285,7 +290,7 @@ def tuning_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) -> li
             rows.append(_row(pt, None, noise))
             continue
         sub = from_patch(task, task.repo, patch, scale=ctx.scale)
-        name = pt if isinstance(pt, str) else label(pt)
+        name = _name(pt)
         if not rep.check(not sub.rejected, f"tuning point {name} passes the patch filter", f"{sub.rejected}"):
             continue
         say(f"grading tuning point {name}")
