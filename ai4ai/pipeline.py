@@ -24,6 +24,7 @@ from ai4ai.core.console import say
 from ai4ai.core.layout import RunDir, read_json, write_json
 from ai4ai.core.provenance import UNVERSIONED, tree_sha256, versions
 from ai4ai.core.scoring import Scored, score_seeds
+from ai4ai.core.task import GPU_SCALES
 from ai4ai.core.trajectory import EMPTY_SUMMARY
 from ai4ai.core.trajectory import summary as trajectory_summary
 from ai4ai.grading import anchors, records
@@ -481,7 +482,7 @@ def describe_plan(ctx: RunContext, cfg: DictConfig, window_s: float | None) -> N
     if window_s is not None:
         print(f"window      {window_s:.0f} s (agent, wall clock)")
     print(f"seeds       grader {list(b.grader_seeds)}   calibration {list(b.calibration_seeds)}")
-    if ctx.scale == "full":  # sizes, expected GPU minutes, peak memory, what will be prepared
+    if ctx.scale in GPU_SCALES:  # sizes, expected GPU minutes, peak memory, what will be prepared
         for line in plan_lines(ctx.task, ctx.scale, device=ctx.device):
             print(line)
     if rec is None:

@@ -1,17 +1,24 @@
-"""How long one training step of each language-model task's `full` model takes on this machine.
+"""How long one training step of each language-model task's model takes at the GPU tiers on this
+machine, and what share of the device's peak arithmetic that step uses.
 
-    python benchmarks/full_step_time.py [--device cuda] [--steps 40] [--warmup 10] [--out DIR]
+    python benchmarks/full_step_time.py [--device cuda] [--scales quick,full] [--steps 40] [--warmup 10]
+                                        [--peak-tflops F] [--out DIR]
 
 README's "Full scale" table rests on estimates: a small GPT-2 at a small batch was assumed bound by
 per-step dispatch in eager PyTorch (~2 ms + 1 ms per layer), not by FLOPs. This measures that step
-with the real thing where it can be had without a full prepare: each repo's own `build_model("full")`,
-its train.py's batch shape, bf16 autocast as `full` trains (model.train_autocast), AdamW, random
+with the real thing where it can be had without a full prepare: each repo's own `build_model(scale)`,
+its train.py's batch shape, bf16 autocast as the GPU tiers train (model.train_autocast), AdamW, random
 token ids. It leaves out the data path (the meter's replies) and the loss's own arithmetic beyond a
 mean of the outputs, so it is a lower bound on the shipped step; the estimate's step_ms is printed
 beside it. Tasks whose step is not one LM forward/backward (agentic_rl, diffusion_rl,
 graph_diffusion, pruning) are not measured here.
 
-Prints one line per task and writes full_step_time.json (under --out, else $OUT, else outputs/).
+The share of the GPU: model FLOPs a step (6 x parameters x tokens with gradients, plus 2 x parameters x
+tokens of a reference's forward) over the step's median time, against the device's dense bf16 peak
+(PEAK_TFLOPS by device name, or --peak-tflops). With AI4AI_SHRINK set the repos build their shrunk
+sizes: the same code on a CPU in seconds (benchmarks/gpu_first_run.sh's shrunk mode).
+
+Prints one line per task and tier and writes full_step_time.json (under --out, else $OUT, else outputs/).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from ai4ai.core.task import load_task  # noqa: E402
+from ai4ai.core.task import GPU_SCALES, load_task  # noqa: E402
 
 # per task: (sequences in a forward with gradients, sequence length constant in config.py,
 #            sequences in forwards without gradients), from each train.py's batch at `full`
@@ -59,9 +66,24 @@ def _load_repo(task: str):
         sys.path.remove(str(repo))
 
 
-def _estimate(task: str) -> float | None:
-    e = load_task(task).scale("full").estimate
+# dense bf16 tensor-core peak, TFLOP/s, by a substring of torch.cuda.get_device_name() (vendor sheets)
+PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "B200": 2250.0, "B300": 2250.0, "A100": 312.0}
+
+
+def _estimate(task: str, scale: str) -> float | None:
+    e = load_task(task).scale(scale).estimate
     return None if e is None else e.step_ms
+
+
+def peak_tflops(name: str, given: float | None) -> float | None:
+    if given is not None:
+        return given
+    return next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
+
+
+def model_flops(params: int, rows: int, seq: int, ref_rows: int) -> float:
+    """Model FLOPs of one step: forward and backward over the batch, a frozen reference's forward."""
+    return 6.0 * params * rows * seq + 2.0 * params * ref_rows * seq
 
 
 def _sync(device: torch.device) -> None:
@@ -69,14 +91,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def measure(task: str, device: torch.device, steps: int, warmup: int) -> dict:
+def measure(task: str, device: torch.device, steps: int, warmup: int, scale: str = "full") -> dict:
     config, model_mod = _load_repo(task)
     rows, seq_name, ref_rows = SHAPES[task]
     seq = int(getattr(config, seq_name))
     vocab = int(config.VOCAB)
     torch.manual_seed(0)
-    model = model_mod.build_model("full").to(device).train()
-    ref = model_mod.build_model("full").to(device).eval() if ref_rows else None
+    model = model_mod.build_model(scale).to(device).train()
+    ref = model_mod.build_model(scale).to(device).eval() if ref_rows else None
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randint(0, vocab, (rows, seq), device=device)
     xr = torch.randint(0, vocab, (ref_rows, seq), device=device) if ref_rows else None
@@ -107,16 +129,21 @@ def measure(task: str, device: torch.device, steps: int, warmup: int) -> dict:
         _sync(device)
         times.append((time.perf_counter() - t0) * 1000)
     n_params = sum(p.numel() for p in model.parameters())
+    median = statistics.median(times)
+    flops = model_flops(n_params, rows, seq, ref_rows)
     return {
         "task": task,
+        "scale": scale,
         "params": n_params,
         "rows": rows,
         "seq_len": seq,
         "ref_rows": ref_rows,
-        "step_ms_median": statistics.median(times),
+        "step_ms_median": median,
         "step_ms_min": min(times),
         "step_ms_p90": sorted(times)[math.ceil(0.9 * (len(times) - 1))],
-        "estimate_step_ms": _estimate(task),
+        "estimate_step_ms": _estimate(task, scale),
+        "model_flops_per_step": flops,
+        "model_tflops_per_s": flops / (median / 1000) / 1e12,
     }
 
 
@@ -124,6 +151,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--tasks", default=",".join(SHAPES))
+    p.add_argument("--scales", default="quick,full", help="GPU tiers to build each model at")
+    p.add_argument("--peak-tflops", type=float, default=None, help="the device's dense bf16 peak (else by name)")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or ROOT / "outputs" / "full_step_time"))
@@ -131,25 +160,48 @@ def main() -> int:
     unknown = [t for t in a.tasks.split(",") if t not in SHAPES]
     if unknown:
         p.error(f"not measured here: {unknown}; choose from {sorted(SHAPES)}")
+    scales = a.scales.split(",")
+    if bad := [s for s in scales if s not in GPU_SCALES]:
+        p.error(f"not a GPU tier: {bad}; choose from {list(GPU_SCALES)}")
     device = torch.device(a.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
-    print(f"device {name}, torch {torch.__version__}; {a.steps} timed steps after {a.warmup}")
-    print(f"{'task':<14}{'params':>12}{'batch':>12}{'median ms':>11}{'min ms':>9}{'p90 ms':>9}{'estimate ms':>13}")
+    peak = peak_tflops(name, a.peak_tflops)
+    print(
+        f"device {name}, torch {torch.__version__}; {a.steps} timed steps after {a.warmup}; "
+        f"peak {'unknown (--peak-tflops)' if peak is None else f'{peak:g} TFLOP/s dense bf16'}"
+    )
+    print(
+        f"{'task':<14}{'tier':<7}{'params':>12}{'batch':>12}{'median ms':>11}{'min ms':>9}{'p90 ms':>9}"
+        f"{'estimate ms':>13}{'TFLOP/s':>10}{'share':>8}"
+    )
     rows = []
     for task in a.tasks.split(","):
-        r = measure(task, device, a.steps, a.warmup)
-        rows.append(r)
-        batch = f"{r['rows']}x{r['seq_len']}" + (f"+{r['ref_rows']}" if r["ref_rows"] else "")
-        print(
-            f"{task:<14}{r['params']:>12,}{batch:>12}{r['step_ms_median']:>11.2f}{r['step_ms_min']:>9.2f}"
-            f"{r['step_ms_p90']:>9.2f}{r['estimate_step_ms'] or float('nan'):>13.1f}",
-            flush=True,
-        )
+        for scale in scales:
+            r = measure(task, device, a.steps, a.warmup, scale)
+            r["gpu_share"] = None if peak is None else r["model_tflops_per_s"] / peak
+            rows.append(r)
+            batch = f"{r['rows']}x{r['seq_len']}" + (f"+{r['ref_rows']}" if r["ref_rows"] else "")
+            share = "-" if r["gpu_share"] is None else f"{100 * r['gpu_share']:.2f}%"
+            print(
+                f"{task:<14}{scale:<7}{r['params']:>12,}{batch:>12}{r['step_ms_median']:>11.2f}{r['step_ms_min']:>9.2f}"
+                f"{r['step_ms_p90']:>9.2f}{r['estimate_step_ms'] or float('nan'):>13.1f}"
+                f"{r['model_tflops_per_s']:>10.3f}{share:>8}",
+                flush=True,
+            )
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "full_step_time.json").write_text(
-        json.dumps({"device": name, "torch": torch.__version__, "rows": rows}, indent=1)
+        json.dumps(
+            {
+                "device": name,
+                "torch": torch.__version__,
+                "peak_tflops": peak,
+                "shrunk": bool(os.environ.get("AI4AI_SHRINK")),
+                "rows": rows,
+            },
+            indent=1,
+        )
     )
     return 0
 

@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
-# The first run on a GPU machine: what has never executed on a GPU, checked in one pass that fits
-# in 10 minutes on one H200 with no network (only this working tree and the installed Python env).
+# The prepared run for a lent GPU: one command, under 9 minutes on one H100/H200 with no network (only
+# this working tree and the installed Python env), that leaves its figures in files under $OUT.
 #
-#   bash benchmarks/gpu_first_run.sh            # outputs under $OUT, else outputs/gpu_first_run/<time>
+#   bash benchmarks/gpu_first_run.sh            # on the GPU; outputs under $OUT, else outputs/gpu_first_run/<time>
+#   SHRUNK=1 bash benchmarks/gpu_first_run.sh   # every step on the CPU at shrunk sizes (AI4AI_SHRINK, the
+#                                               # Triton interpreter): what CI runs, so a lend finds nothing to debug
 #
-# Steps, most important first; each has its own time limit, and a step whose limit no longer fits
-# in the remaining budget (BUDGET_S, default 570 s) is skipped and reported as such:
-#   1. kernel correctness on CUDA: the whole kernel test suite with tensors on the GPU and the
-#      kernels compiled (AI4AI_KERNEL_TEST_DEVICE=cuda), not interpreted
-#   2. the bubblewrap sandbox with the GPU: device nodes bound only when asked, CUDA memory
-#      allocates and a fused-CE training loop runs inside (benchmarks/gpu_sandbox_check.py)
-#   3. the test suite's GPU-marked tests (pytest -m gpu: the real training sandbox's /dev and caches)
-#   4. one training step of each LM task's real `full` model (benchmarks/full_step_time.py)
-#   5. a reduced-budget `full` prepare and calibration of one task end to end (AI4AI_SHRINK=cpu)
-#   6. the kernel table at a reduced sweep (benchmarks/kernel_speed.py --quick), in what budget is left
-# Ends with summary.txt: one line per step with its exit status and seconds.
+# Steps, the figures first; each has its own time limit, and a step whose limit no longer fits in the
+# remaining budget (BUDGET_S, default 510 s) is skipped and reported as such:
+#   1. step_times: one training step of each LM task's model at `quick` and at `full`
+#      (benchmarks/full_step_time.py): milliseconds, model TFLOP/s and the share of the GPU's bf16 peak
+#   2. quick_prepare, quick_calibration, quick_grade: one task (QUICK_TASK, default pruning: seconds a
+#      seed) at `quick` end to end through the real sandbox: the grader's splits and the repo's
+#      prepared model, 5 calibration seeds (anchors, the wall-clock cap), the shipped algorithm graded
+#      on the 3 grader seeds; in a throwaway copy of the tree, its records and result kept under $OUT
+#   3. kernel_tests: the kernel test suite with tensors on the GPU and the kernels compiled
+#      (AI4AI_KERNEL_TEST_DEVICE=cuda); shrunk: one kernel's tests under the interpreter
+#   4. gpu_sandbox, gpu_marked_tests: the bubblewrap sandbox with the GPU bound only when asked, and
+#      the suite's GPU-marked tests (no GPU in shrunk mode: reported as skipped)
+# Ends with summary.txt: one line per step with its exit status and seconds; exits non-zero if any failed.
 #
 # On a machine with no network whose image has PyTorch, Triton and transformers but not the rest,
 # first carry and install what is missing (benchmarks/gpu_offline_setup.sh), e.g. with the device
 # tool: carry .device, then
-#   bash benchmarks/gpu_offline_setup.sh install && OUT=/tmp/g bash benchmarks/gpu_first_run.sh;
-#   tar czf $OUT/g.tgz -C /tmp/g --exclude=./tree --exclude=./.cache .
+#   bash benchmarks/gpu_offline_setup.sh install && OUT=$OUT bash benchmarks/gpu_first_run.sh
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -30,7 +33,8 @@ if ! command -v python >/dev/null; then
 fi
 OUT_DIR="${OUT:-$ROOT/outputs/gpu_first_run/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT_DIR"
-BUDGET_S="${BUDGET_S:-570}"
+BUDGET_S="${BUDGET_S:-510}"
+QUICK_TASK="${QUICK_TASK:-pruning}"
 START=$(date +%s)
 SUMMARY="$OUT_DIR/summary.txt"
 : > "$SUMMARY"
@@ -40,6 +44,12 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # private compile caches: a first run must not reuse kernels compiled by anything else
 export TRITON_CACHE_DIR="$OUT_DIR/.cache/triton" TORCHINDUCTOR_CACHE_DIR="$OUT_DIR/.cache/inductor"
+if [[ "${SHRUNK:-}" == 1 ]]; then
+  DEVICE=cpu
+  export AI4AI_SHRINK=cpu TRITON_INTERPRET=1
+else
+  DEVICE=cuda
+fi
 
 step() {  # step NAME LIMIT_S COMMAND...: run with a time limit, log to NAME.log, record the result
   local name="$1" limit="$2"; shift 2
@@ -61,54 +71,52 @@ step() {  # step NAME LIMIT_S COMMAND...: run with a time limit, log to NAME.log
 {
   echo "date      $(date -Is)"
   echo "commit    $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo '?')"
+  echo "mode      $([[ $DEVICE == cpu ]] && echo 'shrunk, on the CPU (AI4AI_SHRINK=cpu)' || echo 'GPU')"
   nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,utilization.gpu --format=csv,noheader 2>&1 | sed 's/^/gpu       /'
   python -c 'import torch, triton, sys; print("python   ", sys.version.split()[0]); print("torch    ", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available()); print("triton   ", triton.__version__)'
   command -v bwrap >/dev/null && echo "bwrap     $(bwrap --version)" || echo "bwrap     not installed"
 } 2>&1 | tee "$OUT_DIR/environment.txt"
 
-# 1. kernel correctness on CUDA
-# (compiling is most of it: spread over 8 workers where pytest-xdist is installed)
-XDIST=(); python -c 'import xdist' 2>/dev/null && XDIST=(-n 8)
-# test_benchmark.py runs benchmarks/kernel_speed.py on the CPU under the interpreter (CI's job): left out here.
-# (On the H200 image, Triton 3.6 with NumPy 2.5, the interpreter cannot run at all: NumPy 2.4 refuses
-# the int() of 1-element arrays that Triton up to 3.6 relies on; ai4ai_kernels now says so by name.)
-step kernel_tests 200 env AI4AI_KERNEL_TEST_DEVICE=cuda python -m pytest -q -p no:cacheprovider ${XDIST[@]+"${XDIST[@]}"} tests/kernels \
-  --deselect tests/kernels/test_benchmark.py::test_runs_on_cpu_and_writes_the_tables \
-  --junitxml="$OUT_DIR/kernel_tests.xml"
+# 1. the step of each LM task's model at both GPU tiers, and its share of the GPU
+step step_times 90 python benchmarks/full_step_time.py --device "$DEVICE" --scales quick,full \
+  $([[ $DEVICE == cpu ]] && echo "--steps 2 --warmup 1") --out "$OUT_DIR"
 
-# 2. the sandbox sees the GPU when asked, and only then; a training process allocates in it
-step gpu_sandbox 75 python benchmarks/gpu_sandbox_check.py --out "$OUT_DIR"
-
-# 3. the suite's GPU-marked tests (pyproject deselects them by default)
-step gpu_marked_tests 60 python -m pytest -q -p no:cacheprovider -m gpu tests --junitxml="$OUT_DIR/gpu_marked_tests.xml"
-
-# 4. one training step of each LM task's real `full` model at its train.py's batch (README's
-#    "Full scale" table assumed them dispatch-bound at ~8 ms; this measures it)
-step full_step_time 90 python benchmarks/full_step_time.py --device cuda --out "$OUT_DIR"
-
-# 5. a reduced-budget `full` calibration of the optimizer task, end to end on the GPU: prepare
-#    (the grader's full split into the cache), then calibrate: train under the wall-clock cap in the
-#    sandbox, select, evaluate, store anchors. AI4AI_SHRINK=cpu gives full its shrunk sizes (the same
-#    code paths, seconds a seed; see ai4ai/repo/preparing.py). It runs in a throwaway copy of the tree,
-#    so the anchors it stores (of a shrunk run) never land in this checkout's grader_hidden/.
+# 2. one task at quick end to end: prepare, calibrate, grade the shipped algorithm. In a throwaway
+#    copy of the tree, so the prepared models and records it makes never land in this checkout.
 COPY="$OUT_DIR/tree"
 mkdir -p "$COPY"
 tar -C "$ROOT" --exclude=./.git --exclude=./outputs --exclude=./.venv -cf - . | tar -C "$COPY" -xf -
-step full_prepare 60 env -C "$COPY" AI4AI_SHRINK=cpu PYTHONPATH="$COPY" \
-  python -m ai4ai.prepare task=optimizer scale=full device=cuda progress=false
-step full_calibration 240 env -C "$COPY" AI4AI_SHRINK=cpu PYTHONPATH="$COPY" \
-  python -m ai4ai.calibrate task=optimizer scale=full device=cuda progress=false
-mkdir -p "$OUT_DIR/calibration"     # the shrunk records (the copy's grader_hidden), kept with the logs
-cp "$COPY"/grader_hidden/optimizer/calibration/full__* "$COPY"/grader_hidden/optimizer/anchors.yaml \
-  "$OUT_DIR/calibration/" 2>/dev/null
+IN_COPY=(env -C "$COPY" PYTHONPATH="$COPY" AI4AI_OUTPUTS="$COPY/outputs")
+step quick_prepare 120 "${IN_COPY[@]}" python -m ai4ai.prepare task="$QUICK_TASK" scale=quick device="$DEVICE" progress=false
+step quick_calibration 180 "${IN_COPY[@]}" python -m ai4ai.calibrate task="$QUICK_TASK" scale=quick device="$DEVICE" progress=false
+step quick_grade 120 "${IN_COPY[@]}" python -m ai4ai.grade task="$QUICK_TASK" scale=quick device="$DEVICE" progress=false \
+  hydra.run.dir="$COPY/outputs/quick_grade"
+mkdir -p "$OUT_DIR/quick"     # the records and the graded result (of the copy), kept with the logs
+cp -r "$COPY/outputs/records" "$OUT_DIR/quick/" 2>/dev/null
+find "$COPY/outputs/quick_grade" -name result.json -exec cp {} "$OUT_DIR/quick/result.json" \; 2>/dev/null
 
-# 6. the kernel table, reduced: torch.compile only for the fused linear CE (compiling every
-#    shape of every op would take the whole budget)
-step kernels_table_flce 140 python benchmarks/kernel_speed.py --quick --ops flce --out "$OUT_DIR/kernels_flce"
-step kernels_table_losses 75 python benchmarks/kernel_speed.py --quick --no-compile --ops ce,logprobs,kl,adamw,newton_schulz \
-  --out "$OUT_DIR/kernels_losses"
+# 3. kernel correctness (compiling is most of it on a GPU: 8 workers where pytest-xdist is installed).
+#    test_benchmark.py runs benchmarks/kernel_speed.py under the interpreter (CI's job): left out here.
+if [[ $DEVICE == cpu ]]; then
+  step kernel_tests 150 python -m pytest -q -p no:cacheprovider tests/kernels/test_adamw.py \
+    --junitxml="$OUT_DIR/kernel_tests.xml"
+else
+  XDIST=(); python -c 'import xdist' 2>/dev/null && XDIST=(-n 8)
+  step kernel_tests 150 env AI4AI_KERNEL_TEST_DEVICE=cuda python -m pytest -q -p no:cacheprovider ${XDIST[@]+"${XDIST[@]}"} tests/kernels \
+    --deselect tests/kernels/test_benchmark.py::test_runs_on_cpu_and_writes_the_tables \
+    --junitxml="$OUT_DIR/kernel_tests.xml"
+fi
 
+# 4. the sandbox sees the GPU when asked, and only then; the suite's GPU-marked tests
+if [[ $DEVICE == cpu ]]; then
+  echo "== gpu_sandbox: skipped (no GPU in shrunk mode)" | tee -a "$SUMMARY"
+  echo "== gpu_marked_tests: skipped (no GPU in shrunk mode)" | tee -a "$SUMMARY"
+else
+  step gpu_sandbox 75 python benchmarks/gpu_sandbox_check.py --out "$OUT_DIR"
+  step gpu_marked_tests 60 python -m pytest -q -p no:cacheprovider -m gpu tests --junitxml="$OUT_DIR/gpu_marked_tests.xml"
+fi
 
+rm -rf "$COPY"
 echo
 echo "summary ($(( $(date +%s) - START )) s; outputs in $OUT_DIR)"
 cat "$SUMMARY"

@@ -1,11 +1,12 @@
-"""Every `full` code path on the CPU, for every task, with sizes shrunk by AI4AI_SHRINK=cpu.
+"""Every code path of the GPU tiers (`quick`, `full`) on the CPU, for every task, with sizes shrunk by
+AI4AI_SHRINK=cpu.
 
 Per task, in a copy of the project (so the shrunk prepared models, anchors and caches never touch
 the real tree), through the real commands' functions:
   prepare      ai4ai.repo.preparing: the grader's prepare function into the cache (checksummed), the repo's
                own prepare step for the prepared models; a second prepare reuses both
   plan         ai4ai.grading.plan: the dry-run lines see the cache and the artifacts
-  calibrate    triggered by the grading: the shipped algorithm on the 5 calibration seeds, at full
+  calibrate    triggered by the grading: the shipped algorithm on the 5 calibration seeds, at the tier
   grade        a submission that keeps running after its last checkpoint, so the wall-clock cap
                (cap_factor x the calibrated shipped time) is what ends it, as at full on a GPU; its
                checkpoints are selected among and evaluated by the hidden grader
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.core.task import list_tasks
+from ai4ai.core.task import GPU_SCALES, list_tasks
 
 # Slow: the hidden splits are not shrunk, so each evaluation costs what it costs at smoke. Seen here
 # (2 cores, load average ~12): optimizer's 5 calibration seeds took 15 s of training and ~3 min of
@@ -42,17 +43,17 @@ from ai4ai.grading.context import task_from_cfg
 from ai4ai.grading.plan import plan_lines
 from ai4ai.repo.submission import unified_diff
 
-name, out = sys.argv[1], Path(sys.argv[2])
-over = [f"task={name}", "scale=full", "device=cpu", "progress=false", f"outputs={out}"]
+name, tier, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+over = [f"task={name}", f"scale={tier}", "device=cpu", "progress=false", f"outputs={out}"]
 with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
     pcfg = compose(config_name="prepare", overrides=over)
     # the wall clock binds: cap = cap_factor x the calibrated shipped time; cap_min_s out of the way
-    gcfg = compose(config_name="grade", overrides=over + ["seeds=[0]", "task.scales.full.cap_min_s=1",
-                                                          "task.scales.full.cap_factor=3", f"patch={out}/sleep.patch"])
+    gcfg = compose(config_name="grade", overrides=over + ["seeds=[0]", f"task.scales.{tier}.cap_min_s=1",
+                                                          f"task.scales.{tier}.cap_factor=3", f"patch={out}/sleep.patch"])
 task, _ = task_from_cfg(pcfg)
-first = p.prepare(task, "full", "cpu", progress=False)
-again = p.prepare(task, "full", "cpu", progress=False)
-lines = plan_lines(task, "full", device="cpu")
+first = p.prepare(task, tier, "cpu", progress=False)
+again = p.prepare(task, tier, "cpu", progress=False)
+lines = plan_lines(task, tier, device="cpu")
 train = (task.repo / "train.py").read_text()
 # after its last checkpoint the submission keeps the process alive: only the wall-clock cap ends it
 (out / "sleep.patch").write_text(unified_diff("train.py", train, train + "\nimport time\ntime.sleep(3600)\n"))
@@ -76,8 +77,9 @@ def project(tmp_path_factory):
     return root
 
 
+@pytest.mark.parametrize("tier", GPU_SCALES)
 @pytest.mark.parametrize("name", list_tasks())
-def test_full_code_paths_run_on_the_cpu(project, name, tmp_path):
+def test_gpu_tier_code_paths_run_on_the_cpu(project, name, tier, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "AI4AI_"))}
     env.update(
         PYTHONPATH=f"{project}:{project / '.shim'}",
@@ -87,7 +89,7 @@ def test_full_code_paths_run_on_the_cpu(project, name, tmp_path):
         OMP_NUM_THREADS="1",
     )
     r = subprocess.run(
-        [sys.executable, "-c", DRIVER, name, str(tmp_path)],
+        [sys.executable, "-c", DRIVER, name, tier, str(tmp_path)],
         cwd=project,
         env=env,
         capture_output=True,
@@ -104,28 +106,28 @@ def test_full_code_paths_run_on_the_cpu(project, name, tmp_path):
     # prepare: the cache holds what the task declares, the artifacts check out, a rerun reuses them
     if task.prepare and task.data_env:
         data = Path(out["prepare"]["data"])
-        assert data.parent.name == "full" and data.name.endswith("-shrunk-cpu")
+        assert data.parent.name == tier and data.name.endswith("-shrunk-cpu")
         sums = (data / "SHA256SUMS").read_text()
-        for f in (w.format(scale="full") for w in task.prepare_writes):
+        for f in (w.format(scale=tier) for w in task.prepare_writes):
             assert f in sums
         assert "cached" in r.stdout and (data / ".complete").exists()
     if task.artifacts is not None:
         assert set(json.loads(out["prepare"]["artifacts"].replace("'", '"')).values()) == {"ok"}
-        for rel in task.artifacts.writes:
+        for rel in task.artifacts.files(tier):
             assert (project / "repos_frozen" / name / rel).exists()
         assert "checksums match" in r.stdout
     if task.grading_artifacts:  # prepare made the graded instance's prepared models too
         graded = Path(out["prepare"]["graded"])
-        assert (graded / ".complete").exists() and set(w.format(scale="full") for w in task.grading_artifacts) <= set(
+        assert (graded / ".complete").exists() and set(w.format(scale=tier) for w in task.grading_artifacts) <= set(
             ln.split()[1] for ln in (graded / "SHA256SUMS").read_text().splitlines()
         )
         assert "graded instance's prepared models: cached" in r.stdout  # the grading reused them
     plan = "\n".join(out["plan"])
     assert "run first" not in plan, plan
 
-    # calibration at full happened first, then the graded run, cut by the wall clock
+    # calibration at the tier happened first, then the graded run, cut by the wall clock
     res = out["result"]
-    assert res["scale"] == "full" and res["status"] == "graded", (res["status"], res.get("reason"), tail)
+    assert res["scale"] == tier and res["status"] == "graded", (res["status"], res.get("reason"), tail)
     assert "calibrating" in r.stdout
     (seed,) = res["checkpoints"]["per_seed"]
     assert seed["timed_out"], seed  # the cap ended it; what it wrote was graded
@@ -134,5 +136,5 @@ def test_full_code_paths_run_on_the_cpu(project, name, tmp_path):
     assert res["score"] is not None and 0.0 <= res["score"] <= 1.0
     # the calibration went to this machine's own store, the committed records untouched
     anchors = (project / "outputs" / "records" / "grader_hidden" / name / "anchors.yaml").read_text()
-    assert "scale: full" in anchors
-    assert "scale: full" not in (project / "grader_hidden" / name / "anchors.yaml").read_text()
+    assert f"scale: {tier}" in anchors
+    assert f"scale: {tier}" not in (project / "grader_hidden" / name / "anchors.yaml").read_text()

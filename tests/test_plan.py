@@ -1,8 +1,9 @@
-"""The full tier's declared costs (conf/task/<task>.yaml, full: estimate, peak_gpu_gib) and the dry-run
-lines built from them (ai4ai.grading.plan), for every task: the estimate agrees with the repo's config.py and
-train.py, its README shows the same figures, and the prepare lines follow the cache's real state."""
+"""The GPU tiers' declared costs (conf/task/<task>.yaml, quick and full: estimate, peak_gpu_gib) and the
+dry-run lines built from them (ai4ai.grading.plan), for every task: the estimate agrees with the repo's
+config.py and train.py, its README shows the same figures, and the prepare lines follow the cache's real state."""
 
 import ast
+import dataclasses
 import importlib.util
 import math
 import re
@@ -12,12 +13,20 @@ import pytest
 import yaml
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.core.task import TaskError, list_tasks, load_task, parse_task
+from ai4ai.core.task import GPU_SCALES, TaskError, list_tasks, load_task, parse_task
 from ai4ai.grading.anchors import budget_rule
-from ai4ai.grading.plan import calibration_cut, calibration_estimate_s, gpu_hours, plan_lines, prepare_lines
+from ai4ai.grading.plan import (
+    calibration_cut,
+    calibration_estimate_s,
+    cost_table,
+    gpu_hours,
+    plan_lines,
+    prepare_lines,
+)
 from ai4ai.repo import preparing as prep
 
 TASKS = list_tasks()
+TIERS = [(t, s) for t in TASKS for s in GPU_SCALES]
 
 
 def test_there_are_ten_tasks():
@@ -43,9 +52,9 @@ def _train_constants(task) -> dict:
     return out
 
 
-def _shipped_run(task) -> tuple[int, int]:
-    """(amount, steps) of one full seed of the shipped algorithm, from config.py and train.py."""
-    c, k, s = _config(task), _train_constants(task), _config(task).get_scale("full")
+def _shipped_run(task, scale: str = "full") -> tuple[int, int]:
+    """(amount, steps) of one seed of the shipped algorithm at a GPU tier, from config.py and train.py."""
+    c, k, s = _config(task), _train_constants(task), _config(task).get_scale(scale)
     t = task.name
     if t == "optimizer":
         return s.budget_sequences * c.SEQ_LEN, s.budget_sequences // k["BATCH_SIZE"]
@@ -70,13 +79,13 @@ def _shipped_run(task) -> tuple[int, int]:
     raise AssertionError(f"no formula for {t}: add one here when adding a task")
 
 
-@pytest.mark.parametrize("name", TASKS)
-def test_estimate_matches_the_repo_config_and_training_loop(name):
+@pytest.mark.parametrize("name,tier", TIERS)
+def test_estimate_matches_the_repo_config_and_training_loop(name, tier):
     task = load_task(name)
-    b = task.scale("full")
+    b = task.scale(tier)
     e = b.estimate
-    assert e is not None and b.peak_gpu_gib is not None, f"{name}: full declares no estimate or peak_gpu_gib"
-    amount, steps = _shipped_run(task)
+    assert e is not None and b.peak_gpu_gib is not None, f"{name}: {tier} declares no estimate or peak_gpu_gib"
+    amount, steps = _shipped_run(task, tier)
     assert e.amount == amount, f"{name}: estimate.amount {e.amount:,} but config.py/train.py give {amount:,}"
     assert e.steps == steps, f"{name}: estimate.steps {e.steps:,} but config.py/train.py give {steps:,}"
     if e.units == "tokens":  # 2N (one forward) to 8N (forward, backward, a reference forward) per token
@@ -85,12 +94,17 @@ def test_estimate_matches_the_repo_config_and_training_loop(name):
     assert 0 < b.peak_gpu_gib <= 139, f"{name}: peak {b.peak_gpu_gib} GiB does not fit one H200"
 
 
-@pytest.mark.parametrize("name", TASKS)
-def test_full_is_sized_for_one_gpu_and_the_default_cap_follows_the_estimate(name):
-    b = load_task(name).scale("full")
+# minutes a seed of the shipped algorithm as each tier is designed (full: 20-90; quick: about 1-2), and
+# the least cap floor where the shipped run is seconds by design and that floor is a submission's budget
+SIZED = {"full": (20, 90, 1200), "quick": (0.75, 2.5, 120)}
+
+
+@pytest.mark.parametrize("name,tier", TIERS)
+def test_each_tier_is_sized_for_one_gpu_and_the_default_cap_follows_the_estimate(name, tier):
+    b = load_task(name).scale(tier)
     e = b.estimate
-    # as designed: 20-90 min per seed, unless the shipped run is seconds by design and the cap's floor is the budget
-    assert 20 <= e.minutes <= 90 or (e.minutes < 5 and b.cap_min_s >= 1200), f"{name}: {e.minutes} min"
+    lo, hi, floor = SIZED[tier]
+    assert lo <= e.minutes <= hi or (e.minutes < 1 and b.cap_min_s >= floor), f"{name} {tier}: {e.minutes} min"
     # the cap until calibrated: ~3 x the expected run (the measured step where there is one), at most the
     # window; a seed at the grading cap (1.5 x the run) must still fit in the window
     expected = min(b.window_s, max(b.cap_min_s, 3 * e.expected_minutes * 60))
@@ -98,7 +112,7 @@ def test_full_is_sized_for_one_gpu_and_the_default_cap_follows_the_estimate(name
         f"{name}: default_cap_s {b.default_cap_s:.0f} s, not ~3 x the expected run ({expected:.0f} s)"
     )
     assert b.default_cap_s <= b.window_s and b.cap_factor * e.expected_minutes * 60 <= b.window_s
-    h = gpu_hours(load_task(name))
+    h = gpu_hours(load_task(name), tier)
     assert h["calibration_h"] == pytest.approx(5 * e.expected_minutes / 60)
     assert h["cell_h"] == pytest.approx(3 * max(b.cap_min_s / 60, b.cap_factor * e.expected_minutes) / 60)
 
@@ -127,10 +141,13 @@ def test_a_measured_step_replaces_the_estimate_in_planning(tmp_path, monkeypatch
             load_task("optimizer")
 
 
-@pytest.mark.parametrize("name", TASKS)
-def test_readme_shows_the_declared_figures(name):
+@pytest.mark.parametrize("name,tier", TIERS)
+def test_readme_shows_the_declared_figures(name, tier):
     task = load_task(name)
-    b, text = task.scale("full"), (task.repo / "README.md").read_text()
+    b, readme = task.scale(tier), (task.repo / "README.md").read_text()
+    head = f"| | one seed at `{tier}` |"
+    assert readme.count(head) == 1, f"{task.repo.name}/README.md has no table headed {head!r}"
+    text = readme[readme.index(head) :].split("\n\n", 1)[0]  # that table only
     e = b.estimate
     for row in (
         f"| parameters | {b.n_params:,} |",
@@ -140,7 +157,7 @@ def test_readme_shows_the_declared_figures(name):
         f"| expected minutes | {e.minutes:g} |",
         f"| expected peak GPU memory | {b.peak_gpu_gib:g} GiB |",
     ):
-        assert row in text, f"{task.repo.name}/README.md lacks {row!r}"
+        assert row in text, f"{task.repo.name}/README.md's {tier} table lacks {row!r}"
 
 
 # a cap stated outside the README's one Compute budget section: "1.5 x the shipped run's", "4 x that
@@ -183,11 +200,11 @@ def test_the_compute_rule_check_can_fail():
     assert "1.5 x at `ci` and 2 x at `smoke`" in moved and moved not in text
 
 
-@pytest.mark.parametrize("name", TASKS)
-def test_plan_lines_show_sizes_minutes_memory_and_what_to_prepare(name, tmp_path):
+@pytest.mark.parametrize("name,tier", TIERS)
+def test_plan_lines_show_sizes_minutes_memory_and_what_to_prepare(name, tier, tmp_path):
     task = load_task(name)
-    b = task.scale("full")
-    lines = plan_lines(task, "full", cache_root=tmp_path)
+    b = task.scale(tier)
+    lines = plan_lines(task, tier, cache_root=tmp_path)
     text = "\n".join(lines)
     assert f"{b.n_params:,} parameters" in lines[0] and f"{b.estimate.steps:,} steps" in lines[0]
     e = b.estimate
@@ -199,16 +216,18 @@ def test_plan_lines_show_sizes_minutes_memory_and_what_to_prepare(name, tmp_path
     assert f"~{b.peak_gpu_gib:g} GiB" in text
     prep_lines = [ln for ln in lines if ln.startswith("prepare")]
     assert prep_lines
-    if prep.needs_data(task, "full"):
+    if prep.needs_data(task, tier):
         data = next(ln for ln in prep_lines if "data:" in ln)
         assert "not prepared" in data and str(tmp_path) in data
-        for f in prep.expected_files(task, "full"):
+        for f in prep.expected_files(task, tier):
             assert f in data
-    if prep.needs_artifacts(task, "full"):
-        for rel in task.artifacts.writes:
+    if prep.needs_artifacts(task, tier):
+        files = task.artifacts.files(tier)
+        assert files and all(f"_{tier}." in f for f in files)  # each tier prepares models of its own
+        for rel in files:
             assert any(rel in ln for ln in prep_lines)
-    if prep.needs_data(task, "full") or prep.needs_artifacts(task, "full"):
-        assert f"python -m ai4ai.prepare task={name} scale=full" in text
+    if prep.needs_data(task, tier) or prep.needs_artifacts(task, tier):
+        assert f"python -m ai4ai.prepare task={name} scale={tier}" in text
     else:
         assert "nothing" in prep_lines[0]
 
@@ -263,7 +282,7 @@ def test_prepared_artifacts_are_made_readable_by_the_sandbox_user(tmp_path):
     task = load_task("sft")
     repo = tmp_path / "repo"
     (repo / "artifacts").mkdir(parents=True)
-    art = repo / task.artifacts.writes[0]
+    art = repo / task.artifacts.files("full")[0]
     save_file({"w": torch.zeros(2)}, str(art))
     (art.parent / "SHA256SUMS").write_text(f"{prep.sha256_file(art)}  {art.name}\n")
     (art.parent / "SHA256SUMS").chmod(0o600)
@@ -321,3 +340,24 @@ def test_calibration_estimate_and_the_cut_check():
     assert calibration_cut([done, done]) is None
     why = calibration_cut([done, cut])
     assert "seeds 1001" in why and "6700 s" in why and "default_cap_s" in why
+
+
+def test_the_published_cost_tables_are_the_configs():
+    """docs/gpu.md shows each GPU tier's cost table as ai4ai.grading.plan.cost_table makes it from the
+    task configs (regenerate: python -m ai4ai.grading.plan quick|full), and README's totals are its."""
+    tasks = [load_task(n) for n in TASKS]
+    doc = (PROJECT_ROOT / "docs" / "gpu.md").read_text()
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    for tier in GPU_SCALES:
+        table = cost_table(tasks, tier)
+        assert table in doc, f"docs/gpu.md's {tier} table is not the configs': python -m ai4ai.grading.plan {tier}"
+        cal, cell = re.search(r"about (\d+) GPU-\w+ to calibrate .* and (\d+) GPU-\w+ to grade", table).groups()
+        if tier == "full":
+            assert f"about {cal} GPU-hours to calibrate all ten tasks, {cell} to grade one cell of each" in readme
+        else:
+            assert f"all ten tasks calibrated in about {cal} GPU-minutes" in readme
+    # it moves with a config: a longer expected seed is seen in the table
+    b = tasks[0].scales["quick"]
+    slower = dataclasses.replace(b, estimate=dataclasses.replace(b.estimate, minutes=10 * b.estimate.minutes))
+    slow = [dataclasses.replace(tasks[0], scales={**tasks[0].scales, "quick": slower}), *tasks[1:]]
+    assert cost_table(slow, "quick") != cost_table(tasks, "quick") == cost_table(tasks, "quick")

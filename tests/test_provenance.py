@@ -80,24 +80,26 @@ def test_a_scale_block_moves_only_its_own_version(project):
     assert all(provenance.task_version(task, s) != before[s] for s in before)
 
 
-def test_preparing_full_artifacts_leaves_the_ci_and_smoke_versions(tmp_path):
-    """`python -m ai4ai.prepare scale=full` writes its prepared model and a checksum line into the repo:
-    the full version moves with them (its anchors depend on that model), ci and smoke do not."""
+@pytest.mark.parametrize("tier", ["full", "quick"])
+def test_preparing_a_gpu_tiers_artifacts_leaves_the_other_scales_versions(tmp_path, tier):
+    """`python -m ai4ai.prepare scale=full` (or quick) writes its prepared model and a checksum line into
+    the repo: that tier's version moves with them (its anchors depend on that model), the CPU scales'
+    and the other GPU tier's do not."""
     from dataclasses import replace
 
+    scales = ("ci", "smoke", "quick", "full")
     task = load_task("sft")
     repo = tmp_path / "sft"
     shutil.copytree(task.repo, repo, ignore=shutil.ignore_patterns("__pycache__"))
     t = replace(task, repo=repo)
-    before = {s: provenance.task_version(t, s) for s in ("ci", "smoke", "full")}
+    before = {s: provenance.task_version(t, s) for s in scales}
     assert before["ci"] == provenance.task_version(task, "ci")  # the copy hashes as the original
-    (art,) = task.artifacts.writes
-    (repo / art).write_bytes(b"a prepared full-scale model")
+    (art,) = task.artifacts.files(tier)
+    (repo / art).write_bytes(f"a prepared {tier} model".encode())
     sums = repo / art.rsplit("/", 1)[0] / "SHA256SUMS"
     sums.write_text(sums.read_text() + f"{'0' * 64}  {art.rsplit('/', 1)[1]}\n")
-    after = {s: provenance.task_version(t, s) for s in ("ci", "smoke", "full")}
-    assert after["ci"] == before["ci"] and after["smoke"] == before["smoke"]
-    assert after["full"] != before["full"]
+    after = {s: provenance.task_version(t, s) for s in scales}
+    assert {s: after[s] == before[s] for s in scales} == {s: s != tier for s in scales}
     (repo / "train.py").write_text((repo / "train.py").read_text() + "\n# an edit\n")
     assert provenance.task_version(t, "ci") != before["ci"]  # anything else still moves it
 

@@ -27,7 +27,8 @@ ESSENTIAL = {
     ("tests/test_fuzz_patchwalk.py", False): 3,  # the patch reader and the walk, fuzzed
     ("tests/agents/", False): 10,  # the real Claude Code and Codex CLIs through the gateway
     ("tests/test_report.py::test_html_renders_offline_in_chromium", False): 1,
-    ("tests/test_full_shrunk.py", True): 1,  # the `full` code path, shrunk to CPU sizes
+    ("tests/test_full_shrunk.py", True): 2,  # the `full` and the `quick` code paths, shrunk to CPU sizes
+    ("tests/test_gpu_first_run.py", True): 1,  # the device script, end to end in its shrunk mode
     ("tests/tasks/test_reward_model.py", True): 1,  # end-to-end graded runs at ci
     ("tests/tasks/test_diffusion_rl.py", True): 1,
     ("tests/test_byo_model.py", True): 1,  # a graded run on a brought model, checked, and its audit

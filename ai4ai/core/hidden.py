@@ -57,13 +57,15 @@ PACKAGE = "ai4ai_hidden"  # every grader is loaded as PACKAGE.<task>
 HIDDEN_DIR = "grader_hidden"  # PACKAGE's folder, under the project root
 COMMON = "common"  # the graders' shared library, grader_hidden/common/ (PACKAGE.common)
 # Set (to a profile name, "cpu") in the harness's environment, it makes every repo's config.py and
-# every hidden grader use their shrunk `full` sizes: the same code paths as full, in seconds on a CPU.
+# every hidden grader use their shrunk sizes at the GPU tiers (quick, full): the same code paths, in
+# seconds on a CPU.
 SHRINK_ENV = "AI4AI_SHRINK"
 
 
 def shrunk() -> bool:
-    """Whether SHRINK_ENV asks for `full` at CPU sizes (tests/test_full_shrunk.py). A grader reads it once,
-    where it defines its sizes, and shrinks its `full` sizes (and its hidden splits) as its repo does."""
+    """Whether SHRINK_ENV asks for the GPU tiers at CPU sizes (tests/test_full_shrunk.py). A grader reads it
+    once, where it defines its sizes, and shrinks its quick and full sizes (and its hidden splits) as its
+    repo does."""
     return bool(os.environ.get(SHRINK_ENV))
 
 

@@ -86,13 +86,17 @@ def _mentions(root: Path, needle: bytes) -> bool:
 
 
 def _repo_sha256(task, scale: str | None) -> str:
-    """tree_sha256 of the repo; at a scale other than the ones its prepare step builds artifacts for,
-    without those artifacts and their checksum lines, which `python -m ai4ai.prepare` adds to the repo
-    (so preparing `full` leaves the ci and smoke versions, and their anchors, as they were)."""
+    """tree_sha256 of the repo; at a given scale, without the artifacts its prepare step builds for the
+    other scales and their checksum lines, which `python -m ai4ai.prepare` adds to the repo (so
+    preparing `full` leaves the ci, smoke and quick versions, and their anchors, as they were)."""
     art = getattr(task, "artifacts", None)
-    if scale is None or art is None or scale in art.scales:
+    built = (
+        set()
+        if scale is None or art is None
+        else {Path(w) for w in art.all_files()} - {Path(w) for w in art.files(scale)}
+    )
+    if not built:
         return tree_sha256(task.repo)
-    built = {Path(w) for w in art.writes}
     h = hashlib.sha256()
     root = Path(task.repo)
     for p in sorted(root.rglob("*")):

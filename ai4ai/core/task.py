@@ -18,7 +18,11 @@ import yaml
 from ai4ai import PROJECT_ROOT
 
 TASK_DIR = PROJECT_ROOT / "conf" / "task"
-SCALES = ("ci", "smoke", "full")
+SCALES = ("ci", "smoke", "quick", "full")
+# The GPU tiers: the wall clock binds, the splits and prepared models are built by `ai4ai.prepare`
+# (not committed). `quick` is what a researcher iterates on (a shipped seed in 1-2 minutes of one
+# GPU); `full` is the benchmark proper. ci and smoke, the CPU tiers, cap CPU time (records.METERED_SCALES).
+GPU_SCALES = ("quick", "full")
 
 
 class TaskError(ValueError):
@@ -95,9 +99,17 @@ class Artifacts:
     grader's `data_function(dest)` output when one is named, else of its materialized splits)."""
 
     command: str
-    writes: tuple[str, ...]  # repo-relative files, each listed in the repo's SHA256SUMS
+    writes: tuple[str, ...]  # repo-relative files, each listed in the repo's SHA256SUMS ({scale} filled in)
     scales: tuple[str, ...]
     data_function: str | None = None
+
+    def files(self, scale: str) -> tuple[str, ...]:
+        """The files the prepare step writes at `scale` (none at a scale it does not build)."""
+        return tuple(w.format(scale=scale) for w in self.writes) if scale in self.scales else ()
+
+    def all_files(self) -> tuple[str, ...]:
+        """What it writes at every scale it builds: files that are no part of another scale's version."""
+        return tuple(dict.fromkeys(f for s in self.scales for f in self.files(s)))
 
 
 METER_PINS = ("scale", "seed", "device")  # what a served class's constructor may take: the run's own

@@ -2,6 +2,7 @@
 
     from ai4ai.grading.plan import plan_lines
     for line in plan_lines(task, "full"): print(line)
+    python -m ai4ai.grading.plan [quick|full]     # the cost table docs/gpu.md shows
 
 The figures come from the task config's `estimate` and `peak_gpu_gib` (conf/task/<task>.yaml, full),
 what will be prepared from `data.prepare`/`data.writes`/`data.artifacts`, and the cache's state
@@ -89,6 +90,46 @@ def plan_lines(
     return lines
 
 
+SHORT_UNITS = {
+    "tokens": "tokens",
+    "samples": "samples",
+    "env_steps": "env steps",
+    "graphs": "graphs",
+    "examples": "examples",
+}
+
+
+def cost_table(tasks: list[Task], scale: str) -> str:
+    """The cost of a GPU tier, one row per task and a line of totals, from each task's declared
+    estimate and measured step (gpu_hours): the table docs/gpu.md shows (tests check it is this
+    text, so the published costs move with the configs). Minutes at `quick`, hours at `full`."""
+    in_h = scale == "full"
+    unit, per = ("GPU-h", 1.0) if in_h else ("GPU-min", 60.0)
+    rows = [
+        f"| task | parameters | consumed per seed | steps | model FLOPs | min per seed | peak GiB | calibration {unit} | graded cell {unit} |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    cal = cell = 0.0
+    for t in tasks:
+        b = t.scale(scale)
+        e, h = b.estimate, gpu_hours(t, scale)
+        cal, cell = cal + h["calibration_h"], cell + h["cell_h"]
+        m = e.expected_minutes
+        minutes = f"{m:.0f}" if m >= 10 else f"{m:.2g}"
+        if e.measured_step_ms is not None:
+            minutes += f" ({e.measured_step_ms:g} ms a step, measured)"
+        rows.append(
+            f"| `{t.name}` | {b.n_params:,} | {e.amount:,} {SHORT_UNITS[e.units]} | {e.steps:,} | {e.flops:.1e} | "
+            f"{minutes} | {b.peak_gpu_gib:g} | {h['calibration_h'] * per:.1f} | {h['cell_h'] * per:.1f} |"
+        )
+    rows.append("")
+    rows.append(
+        f"All {len(tasks)} tasks: about {cal * per:.0f} {unit} to calibrate (5 shipped seeds a task) and "
+        f"{cell * per:.0f} {unit} to grade one cell of each (3 seeds at the cap), training only."
+    )
+    return "\n".join(rows) + "\n"
+
+
 def prepare_lines(
     task: Task, scale: str, cache_root: Path = prep.CACHE_ROOT, device: str = "cuda", check: bool = True
 ) -> list[str]:
@@ -149,3 +190,11 @@ def calibration_cut(results: list) -> str | None:
         + ", ".join(str(r.seed) for r in cut)
         + f" after {max(r.train_s for r in cut):.0f} s: raise the task's default_cap_s for this scale and calibrate again"
     )
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ai4ai.core.task import list_tasks, load_task
+
+    print(cost_table([load_task(n) for n in list_tasks()], sys.argv[1] if len(sys.argv) > 1 else "full"), end="")

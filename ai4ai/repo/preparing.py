@@ -1,4 +1,5 @@
-"""Build what a task needs at a scale whose data and prepared models are not committed (full).
+"""Build what a task needs at a scale whose data and prepared models are not committed (the GPU
+tiers, quick and full).
 
 The library of `python -m ai4ai.prepare task=sft scale=full [device=cuda]` (prepare.py), and of
 the data mounts every training run gets (training.data_mounts).
@@ -15,8 +16,8 @@ Two phases, each resumable and checksummed:
      against the repo's SHA256SUMS. Artifacts already there with matching checksums are kept.
 A killed prepare resumes at the phase it was in; a complete one is skipped.
 
-AI4AI_SHRINK (hidden.SHRINK_ENV, which the graders read through hidden.shrunk) shrinks `full` to CPU
-sizes for the test suite; the cache key carries it, so a shrunk split is never taken for a full one.
+AI4AI_SHRINK (hidden.SHRINK_ENV, which the graders read through hidden.shrunk) shrinks `quick` and `full`
+to CPU sizes for the test suite; the cache key carries it, so a shrunk split is never taken for a real one.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ai4ai.core.console import TrainingBar, say
 from ai4ai.core.hidden import SHRINK_ENV, load_grader
 from ai4ai.core.layout import DATA, file_lock
 from ai4ai.core.provenance import UNVERSIONED, cpu_capability, python_executable, tree_sha256
-from ai4ai.core.task import Task
+from ai4ai.core.task import GPU_SCALES, Task
 from ai4ai.repo.workspace import copy_repo, make_writable
 from ai4ai.sandbox.box import Mount
 
@@ -49,14 +50,14 @@ def shrink() -> str | None:
 
 def shrink_env() -> dict[str, str]:
     """What a training sandbox (and every process that builds a task's model) must see so that it
-    agrees with the harness on the sizes of `full`: passed unchanged to proxy and grading runs."""
+    agrees with the harness on the sizes of the GPU tiers: passed unchanged to proxy and grading runs."""
     s = shrink()
     return {SHRINK_ENV: s} if s else {}
 
 
 def needs_data(task: Task, scale: str) -> bool:
     """Whether the scale's training splits come from the grader's prepare function (as in data_mounts)."""
-    return bool(task.prepare and task.data_env and scale == "full")
+    return bool(task.prepare and task.data_env and scale in GPU_SCALES)
 
 
 def needs_artifacts(task: Task, scale: str) -> bool:
@@ -233,7 +234,7 @@ def materialize_cached(task: Task, scale: str, cache_root: Path = CACHE_ROOT) ->
 
 
 def data_mounts(task: Task, scale: str, cache_root: Path = CACHE_ROOT) -> tuple[list, dict]:
-    """The training split folder of `full` (materialized once, shrink-aware key, checksums verified
+    """The training split folder of a GPU tier (materialized once, shrink-aware key, checksums verified
     on reuse), mounted read-only at /data, its path in the task's data env var; nothing at ci and
     smoke, whose splits are committed in the repo."""
     dest = materialize_cached(task, scale, cache_root)
@@ -370,7 +371,7 @@ def artifact_state(task: Task, scale: str) -> dict[str, str]:
     if not needs_artifacts(task, scale):
         return {}
     out = {}
-    for rel in task.artifacts.writes:
+    for rel in task.artifacts.files(scale):
         p = task.repo / rel
         listed = read_sums(p.parent).get(p.name)
         out[rel] = (
@@ -389,7 +390,7 @@ def readable(task: Task) -> None:
     """Make the prepared artifacts (and their SHA256SUMS) readable by everyone: training runs as an
     unprivileged user in the sandbox, and safetensors (0.8) writes its files with mode 0600, so a
     prepared model would otherwise be unreadable there (PermissionError in every training run)."""
-    for rel in task.artifacts.writes:
+    for rel in task.artifacts.all_files():
         for p in (task.repo / rel, (task.repo / rel).parent / "SHA256SUMS"):
             if p.is_file() and not p.is_symlink() and (p.stat().st_mode & 0o444) != 0o444:
                 p.chmod(p.stat().st_mode | 0o444)
@@ -452,12 +453,12 @@ def prepare_artifacts(
 
 
 def prepare(task: Task, scale: str, device: str, progress: bool = True, cache_root: Path = CACHE_ROOT) -> dict:
-    """Both phases (and, at full, the graded instance's prepared models); returns {"data": folder or
+    """Both phases (and, at quick and full, the graded instance's prepared models); returns {"data": folder or
     None, "artifacts": {file: state}, "graded": folder or None}."""
     t0 = time.monotonic()
-    # at full, the graded instance's prepared models too (on the device), so the first grading does
+    # at the GPU tiers, the graded instance's prepared models too (on the device), so the first grading does
     # not wait for them; at ci and smoke the first grading makes them (about 90 s on one CPU thread)
-    graded = scale == "full" and bool(task.grading_artifacts) and task.artifacts is not None
+    graded = scale in GPU_SCALES and bool(task.grading_artifacts) and task.artifacts is not None
     todo = [
         p
         for p, need in (

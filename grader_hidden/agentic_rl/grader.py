@@ -28,7 +28,7 @@ from ai4ai.core.hidden import shrunk
 HERE = Path(__file__).resolve().parent
 FROZEN_REPO = HERE.parents[1] / "repos_frozen" / "agentic_rl"
 SPLITS = {"selection": 2_000, "test": 12_000, "validation": 2_000}  # levels
-if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
+if shrunk():  # quick and full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
     SPLITS = {"selection": 128, "test": 256, "validation": 128}
 VALIDATION_SEED = 22  # public: the repo's config.VALIDATION_SEED (the proxy's levels)
 

@@ -39,7 +39,7 @@ VALIDATION_SEED = 20240601  # public: the repo's evaluate.py uses it
 BATCH = 256
 DIVERSITY_FRACTION = 0.4
 SPLITS = {"selection": 2560, "test": 20480, "validation": 2560}  # samples: 1, 8 and 1 batches per prompt
-if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
+if shrunk():  # quick and full at CPU sizes (tests/test_full_shrunk.py): evaluation in seconds
     SPLITS = {"selection": BATCH, "test": 2 * BATCH, "validation": BATCH}
 
 

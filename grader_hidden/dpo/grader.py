@@ -25,9 +25,9 @@ from . import tasks
 
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 1500, "test": 6000, "validation": 2000}  # prompts
-TRAIN_PAIRS = {"ci": 2_048, "smoke": 16_384, "full": 4_194_304}
-if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py)
-    TRAIN_PAIRS = {**TRAIN_PAIRS, "full": 256}
+TRAIN_PAIRS = {"ci": 2_048, "smoke": 16_384, "quick": 98_304, "full": 4_194_304}
+if shrunk():  # quick and full at CPU sizes (tests/test_full_shrunk.py)
+    TRAIN_PAIRS = {**TRAIN_PAIRS, "quick": 256, "full": 256}
     SPLITS = {"selection": 128, "test": 256, "validation": 128}  # the hidden splits too: evaluation in seconds
 SFT_DEMOS = 40_000  # prepare-only demonstrations
 

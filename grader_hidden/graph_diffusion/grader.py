@@ -33,9 +33,9 @@ from . import generator
 
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 1_000, "test": 4_000, "validation": 1_000}
-TRAIN_GRAPHS = {"smoke": 65_536, "full": 4_194_304}  # ci draws from the smoke split
-if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py)
-    TRAIN_GRAPHS = {**TRAIN_GRAPHS, "full": 16_384}
+TRAIN_GRAPHS = {"smoke": 65_536, "quick": 262_144, "full": 4_194_304}  # ci draws from the smoke split
+if shrunk():  # quick and full at CPU sizes (tests/test_full_shrunk.py)
+    TRAIN_GRAPHS = {**TRAIN_GRAPHS, "quick": 16_384, "full": 16_384}
     SPLITS = {"selection": 128, "test": 256, "validation": 128}  # the hidden splits too: evaluation in seconds
 
 

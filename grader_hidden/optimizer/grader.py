@@ -34,9 +34,9 @@ HERE = Path(__file__).resolve().parent
 SEQ_LEN = 128
 SPLITS = {"selection": 1024, "test": 4096, "validation": 1024}  # sequences of 128 symbols
 VALIDATION_SEQUENCES = SPLITS["validation"]
-TRAIN_SEQUENCES = {"ci": 2_048, "smoke": 16_384, "full": 4_194_304}
-if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py)
-    TRAIN_SEQUENCES = {**TRAIN_SEQUENCES, "full": 512}
+TRAIN_SEQUENCES = {"ci": 2_048, "smoke": 16_384, "quick": 65_536, "full": 4_194_304}
+if shrunk():  # quick and full at CPU sizes (tests/test_full_shrunk.py)
+    TRAIN_SEQUENCES = {**TRAIN_SEQUENCES, "quick": 512, "full": 512}
     SPLITS = {"selection": 128, "test": 256, "validation": 128}
     VALIDATION_SEQUENCES = SPLITS["validation"]
 

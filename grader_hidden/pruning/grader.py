@@ -47,20 +47,29 @@ VOCAB, SEQ_LEN = hmm.VOCAB, 64
 
 SPARSITY = 0.75
 PRUNABLE = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-SCALE_DENSE = {"ci": "dense_small", "smoke": "dense_small", "full": "dense_full"}
-ARCH = {"dense_small": dict(n_layer=4, n_embd=128, n_head=4), "dense_full": dict(n_layer=8, n_embd=512, n_head=8)}
+SCALE_DENSE = {"ci": "dense_small", "smoke": "dense_small", "quick": "dense_quick", "full": "dense_full"}
+ARCH = {
+    "dense_small": dict(n_layer=4, n_embd=128, n_head=4),
+    "dense_quick": dict(n_layer=6, n_embd=384, n_head=6),
+    "dense_full": dict(n_layer=8, n_embd=512, n_head=8),
+}
 # sha256 of the committed dense artifacts; the full one is made by prepare.py on the full device and
 # checked against the repo's artifacts/SHA256SUMS only.
 DENSE_SHA256 = {"dense_small": "cf63f05a7c9ca96e8cbdabe371bd7c9e2eee3e08fd02f67244568664bd682dc6"}
 
 # Files of the repo's data/ (written once by write_repo_data and committed) and per-scale calibration sizes.
 REPO_FILES = {"pretrain_small": 16_000, "calib_ci": 256, "calib_smoke": 1024, "val": SPLITS["validation"]}
-CALIB_FILE_SEQUENCES = {"ci": 256, "smoke": 1024, "full": 16_384}
-PRETRAIN_FULL_SEQUENCES = 640_000
-if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py); the repo's config.py agrees
-    ARCH = {**ARCH, "dense_full": dict(n_layer=2, n_embd=32, n_head=2)}
-    CALIB_FILE_SEQUENCES = {**CALIB_FILE_SEQUENCES, "full": 128}
-    PRETRAIN_FULL_SEQUENCES = 9_600  # the repo's 300 shrunk pretraining steps of 32
+CALIB_FILE_SEQUENCES = {"ci": 256, "smoke": 1024, "quick": 16_384, "full": 16_384}
+# the dense model's pretraining corpus (pretrain_full.u8) at each GPU tier: its prepare.py steps x 32
+PRETRAIN_SEQUENCES = {"quick": 64_000, "full": 640_000}
+if shrunk():  # quick and full at CPU sizes (tests/test_full_shrunk.py); the repo's config.py agrees
+    ARCH = {
+        **ARCH,
+        "dense_quick": dict(n_layer=2, n_embd=48, n_head=2),
+        "dense_full": dict(n_layer=2, n_embd=32, n_head=2),
+    }
+    CALIB_FILE_SEQUENCES = {**CALIB_FILE_SEQUENCES, "quick": 128, "full": 128}
+    PRETRAIN_SEQUENCES = {"quick": 9_600, "full": 9_600}  # the repo's 300 shrunk pretraining steps of 32
     SPLITS = {"selection": 128, "test": 256, "validation": 128}  # the hidden splits too: evaluation in seconds
 
 _last_dense = "dense_small"  # the dense model of the last model seen (anchors pass cfg=None)
@@ -296,12 +305,12 @@ def write_repo_data(dest: Path) -> dict:
 
 
 def materialize(scale: str, dest: Path) -> dict:
-    """Write the calibration split of `scale` (and the validation split; at full the pretraining corpus)."""
+    """Write the calibration split of `scale` (and the validation split; at quick and full the pretraining corpus)."""
     s, src = _secrets(), _source()
     files = {
         f"calib_{scale}.u8": hmm.sample(src, CALIB_FILE_SEQUENCES[scale], s[f"calib_{scale}"], SEQ_LEN),
         "val.u8": hmm.sample(src, SPLITS["validation"], s["validation"], SEQ_LEN),
     }
-    if scale == "full":
-        files["pretrain_full.u8"] = hmm.sample(src, PRETRAIN_FULL_SEQUENCES, s["pretrain_full"], SEQ_LEN)
+    if scale in PRETRAIN_SEQUENCES:  # the GPU tiers: the dense model is prepared there, from this corpus
+        files["pretrain_full.u8"] = hmm.sample(src, PRETRAIN_SEQUENCES[scale], s["pretrain_full"], SEQ_LEN)
     return write_splits(dest, files)

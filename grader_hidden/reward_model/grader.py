@@ -24,9 +24,9 @@ from . import rule
 
 HERE = Path(__file__).resolve().parent
 SPLITS = {"selection": 4_000, "test": 96_000, "validation": 4_000}  # pairs, clean labels, no ties
-TRAIN_PAIRS = {"ci": 1_024, "smoke": 4_096, "full": 4_194_304}  # labels from the raters
-if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py)
-    TRAIN_PAIRS = {**TRAIN_PAIRS, "full": 1_024}
+TRAIN_PAIRS = {"ci": 1_024, "smoke": 4_096, "quick": 65_536, "full": 4_194_304}  # labels from the raters
+if shrunk():  # quick and full at CPU sizes (tests/test_full_shrunk.py)
+    TRAIN_PAIRS = {**TRAIN_PAIRS, "quick": 1_024, "full": 1_024}
     SPLITS = {"selection": 256, "test": 512, "validation": 256}  # the hidden splits too: evaluation in seconds
 UNLABELLED = 32_768  # sequences for the base LM
 SEQ = rule.SEQ_LEN

@@ -32,9 +32,9 @@ HERE = Path(__file__).resolve().parent
 # the noise goes as 1/sqrt(n), so 20,736 would just pass and 32,000 should give ~0.0080. A greedy
 # pass over it takes ~30 s on one CPU thread at ci/smoke.
 SPLITS = {"selection": 1024, "test": 32000, "validation": 1024}
-TRAIN_EXAMPLES = {"ci": 4_096, "smoke": 16_384, "full": 4_194_304}
-if shrunk():  # full at CPU sizes (tests/test_full_shrunk.py)
-    TRAIN_EXAMPLES = {**TRAIN_EXAMPLES, "full": 512}
+TRAIN_EXAMPLES = {"ci": 4_096, "smoke": 16_384, "quick": 65_536, "full": 4_194_304}
+if shrunk():  # quick and full at CPU sizes (tests/test_full_shrunk.py)
+    TRAIN_EXAMPLES = {**TRAIN_EXAMPLES, "quick": 512, "full": 512}
     SPLITS = {"selection": 128, "test": 256, "validation": 128}  # the hidden splits too: evaluation in seconds
 PRETRAIN_ROWS = 8_192
 BATCH = 1024

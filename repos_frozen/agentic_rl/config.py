@@ -25,6 +25,10 @@ SCALES = {
                 budget_env_steps=100_000, bc_levels=120, bc_epochs=40),
     "smoke": Scale(size=5, n_boxes=1, wall_prob=0.12, scramble=60, min_box_dist=3, max_steps=30, hidden=128,
                    budget_env_steps=600_000, bc_levels=120, bc_epochs=40),
+    # quick, one GPU: full's levels and policy, 2,304,000 environment steps (300 updates of 128 episodes
+    # of up to 60 steps) at ~0.3 s an update (the CPU environment binds): ~1.5 min; 200 cloned levels.
+    "quick": Scale(size=7, n_boxes=2, wall_prob=0.10, scramble=120, min_box_dist=5, max_steps=60, hidden=512,
+                   budget_env_steps=2_304_000, bc_levels=200, bc_epochs=40),
     # full, one H200 (estimate; README "Full scale"): 366k params; the environment runs on the CPU (numpy):
     # one update of 128 episodes takes ~0.3 s (level generation 0.15 s, 60 vectorized steps 0.1 s,
     # measured on one core) for up to 7,680 environment steps: 50M steps = ~6,500 updates = ~35 min.
@@ -39,8 +43,8 @@ VALIDATION_LEVELS = 2_000
 TRAIN_SEED = 33           # training levels: TrainingEnv draws from (TRAIN_SEED, run seed)
 
 
-# AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
-# code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
+# AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `quick` and `full` at CPU sizes, so that
+# every GPU-tier code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
 # calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
 # The warm start is cloned as at ci (120 levels, 40 epochs: about a second), so that the shipped
 # algorithm beats the no-information policy, as calibration requires (20 levels x 2 epochs did not).
@@ -48,9 +52,12 @@ SHRUNK_FULL = Scale(size=5, n_boxes=1, wall_prob=0.12, scramble=60, min_box_dist
                      budget_env_steps=20_000, bc_levels=120, bc_epochs=40)
 
 
+SHRUNK = {"quick": SHRUNK_FULL, "full": SHRUNK_FULL}   # both GPU tiers, the same CPU sizes
+
+
 def get_scale(name: str) -> Scale:
-    if name == "full" and os.environ.get("AI4AI_SHRINK"):
-        return SHRUNK_FULL
+    if name in SHRUNK and os.environ.get("AI4AI_SHRINK"):
+        return SHRUNK[name]
     if name not in SCALES:
         raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
     return SCALES[name]

@@ -25,6 +25,9 @@ class Scale:
 SCALES = {
     "ci": Scale(width=128, depth=2, prepare_steps=1500, budget_samples=1_024),
     "smoke": Scale(width=256, depth=2, prepare_steps=3000, budget_samples=6_144),
+    # quick, one GPU: full's denoiser, 98,304 sampled trajectories (3,072 iterations of 32) at ~25 ms
+    # an iteration (estimate): ~1.3 min a seed; prepare.py's DDPM trained 3,000 steps.
+    "quick": Scale(width=512, depth=3, prepare_steps=3_000, budget_samples=98_304),
     # full, one H200 (estimate; README "Full scale"): 1.66M params, 2,097,152 sampled trajectories =
     # 65,536 iterations of 32 (train.py's BATCH_SIZE; 20 sampling passes, 20 passes with gradients, the backward): 5.5e14 FLOPs,
     # dispatch-bound at ~25 ms an iteration: ~27 min. prepare.py's 20,000 DDPM steps: minutes.
@@ -32,17 +35,20 @@ SCALES = {
 }
 
 
-# AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
-# code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
+# AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `quick` and `full` at CPU sizes, so that
+# every GPU-tier code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
 # calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
 # The prepared DDPM is ci's (width 128, 1,500 steps: seconds), so that its samples earn a hidden score
 # above the no-information model's, as calibration requires (20 steps gave noise, scored 0 like it).
 SHRUNK_FULL = Scale(width=128, depth=2, prepare_steps=1500, budget_samples=256)
 
 
+SHRUNK = {"quick": SHRUNK_FULL, "full": SHRUNK_FULL}   # both GPU tiers, the same CPU sizes
+
+
 def get_scale(name: str) -> Scale:
-    if name == "full" and os.environ.get("AI4AI_SHRINK"):
-        return SHRUNK_FULL
+    if name in SHRUNK and os.environ.get("AI4AI_SHRINK"):
+        return SHRUNK[name]
     if name not in SCALES:
         raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
     return SCALES[name]

@@ -30,9 +30,9 @@ from model import answer_mask, build_model, token_logps
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 SEED = 1234
-STEPS = {"ci": 1000, "smoke": 1000, "full": 20000}
-if os.environ.get("AI4AI_SHRINK"):      # full at CPU sizes (config.SHRUNK_FULL; tests only)
-    STEPS = {**STEPS, "full": 500}
+STEPS = {"ci": 1000, "smoke": 1000, "quick": 2000, "full": 20000}
+if os.environ.get("AI4AI_SHRINK"):      # quick and full at CPU sizes (config.SHRUNK; tests only)
+    STEPS = {**STEPS, "quick": 500, "full": 500}
 BATCH = 64
 LR = 3e-3
 OWN_STEPS, OWN_LR = 1000, 3e-4

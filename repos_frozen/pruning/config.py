@@ -1,7 +1,7 @@
 """Per-scale model size, sparsity and calibration budget. Protected: the grader uses the same values."""
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 VOCAB = 32          # symbols of the source; the text is symbol-level, no tokenizer
@@ -42,6 +42,10 @@ SCALES = {
     # ci and smoke prune the same dense model; ci only has a smaller calibration budget.
     "ci": Scale(n_layer=4, n_embd=128, n_head=4, dense="dense_small", calib_sequences=32, pretrain_steps=500),
     "smoke": Scale(n_layer=4, n_embd=128, n_head=4, dense="dense_small", calib_sequences=128, pretrain_steps=500),
+    # quick, one GPU: a 10.6M-parameter GPT (an architecture of its own: the grader tells the dense models
+    # apart by it), its dense model pretrained 2,000 steps; magnitude pruning takes seconds, so the cap's
+    # floor (cap_min_s, 2 min) is the budget.
+    "quick": Scale(n_layer=6, n_embd=384, n_head=6, dense="dense_quick", calib_sequences=1024, pretrain_steps=2_000),
     # full, one H200 (estimate; README "Full scale"): 25.3M params; magnitude pruning takes seconds, so the
     # cap's floor (cap_min_s, 20 min) is the budget a submission gets (Wanda, SparseGPT, recovery).
     # prepare.py's dense model: 20,000 steps of 32 x 64 tokens (41M tokens, 6.2e15 FLOPs): ~4 min.
@@ -49,17 +53,20 @@ SCALES = {
 }
 
 
-# AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
-# code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
+# AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `quick` and `full` at CPU sizes, so that
+# every GPU-tier code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
 # calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
 # The dense model is pretrained for 300 steps (seconds), so that it and the pruned model beat the
 # uniform predictor, as calibration requires (20 steps, all warmup, left it near random).
 SHRUNK_FULL = Scale(n_layer=2, n_embd=32, n_head=2, dense="dense_full", calib_sequences=64, pretrain_steps=300)
 
 
+SHRUNK = {"quick": replace(SHRUNK_FULL, dense="dense_quick", n_embd=48), "full": SHRUNK_FULL}  # distinct architectures, as above
+
+
 def get_scale(name: str) -> Scale:
-    if name == "full" and os.environ.get("AI4AI_SHRINK"):
-        return SHRUNK_FULL
+    if name in SHRUNK and os.environ.get("AI4AI_SHRINK"):
+        return SHRUNK[name]
     if name not in SCALES:
         raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
     return SCALES[name]

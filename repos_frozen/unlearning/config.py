@@ -1,7 +1,7 @@
 """Symbols, model size, prepare recipe and unlearning budget per scale. Protected: the grader reads the same layout."""
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # ---------------------------------------------------------------- symbols (no tokenizer)
@@ -66,11 +66,13 @@ class Prepare:
 PREPARE = {
     # 1,000,000 examples: 640,000 facts, 320,000 near misses, 40,000 text sequences
     "memorised_small": Prepare(steps=2_500, fact_batch=256, text_batch=16, lr=5e-3, negative_batch=128),
+    "memorised_quick": Prepare(steps=5_000, fact_batch=256, text_batch=64, lr=1e-3, negative_batch=128),
     "memorised_full": Prepare(steps=20_000, fact_batch=256, text_batch=64, lr=1e-3, negative_batch=128),
 }
 if os.environ.get("AI4AI_SHRINK"):       # see SHRUNK_FULL below: continues from memorised_small, gently
     PREPARE["memorised_full"] = Prepare(steps=40, fact_batch=64, text_batch=8, lr=3e-4, negative_batch=32,
                                         start_from="ci")
+    PREPARE["memorised_quick"] = PREPARE["memorised_full"]
 # Your own model memorises by the full recipe's schedule (8,960,000 examples, so every scale's budget is
 # at most ~3% of it) from its pretrained weights, at a gentler peak (prepare.py --own-model): once, the
 # same memorised model at every scale (byom/memorised.safetensors).
@@ -80,6 +82,9 @@ SCALES = {
     # ci and smoke share the prepared model; the budget is at most ~5% of memorisation's examples
     "ci": Scale(n_layer=2, n_embd=64, n_head=4, artifact="memorised_small", budget_examples=2_048),
     "smoke": Scale(n_layer=2, n_embd=64, n_head=4, artifact="memorised_small", budget_examples=32_768),
+    # quick, one GPU: full's model memorised 5,000 steps (a quarter of full's schedule); the shipped run
+    # is train.py's 50 steps, seconds, so the cap's floor (cap_min_s, 2 min) is the budget.
+    "quick": Scale(n_layer=6, n_embd=384, n_head=6, artifact="memorised_quick", budget_examples=262_144),
     # full, one H200 (estimate; README "Full scale"): 11.5M params; the shipped run is train.py's 50
     # steps of 32 facts (1,600 facts, 12,800 tokens, 8.8e11 FLOPs), seconds on a GPU: the cap's floor (cap_min_s,
     # 20 min) is the budget a submission gets. Memorising (prepare.py, 20,000 steps): ~3 min.
@@ -87,8 +92,8 @@ SCALES = {
 }
 
 
-# AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `full` at CPU sizes, so that every full
-# code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
+# AI4AI_SHRINK set (tests only: tests/test_full_shrunk.py): `quick` and `full` at CPU sizes, so that
+# every GPU-tier code path (prepare, the cached splits, training under the wall-clock cap, selection, evaluation,
 # calibration) runs in seconds. The harness passes the variable unchanged to training, proxy and grading.
 # Memorising 12,000 facts from scratch takes ci's 2,500 steps (~15 CPU-min; 50 steps of a smaller model
 # learned none, and calibration then rightly refuses a shipped run at the no-information level), so the
@@ -97,9 +102,12 @@ SCALES = {
 SHRUNK_FULL = Scale(n_layer=2, n_embd=64, n_head=4, artifact="memorised_full", budget_examples=2_048)
 
 
+SHRUNK = {"quick": replace(SHRUNK_FULL, artifact="memorised_quick"), "full": SHRUNK_FULL}
+
+
 def get_scale(name: str) -> Scale:
-    if name == "full" and os.environ.get("AI4AI_SHRINK"):
-        return SHRUNK_FULL
+    if name in SHRUNK and os.environ.get("AI4AI_SHRINK"):
+        return SHRUNK[name]
     if name not in SCALES:
         raise SystemExit(f"unknown scale {name!r}; choose one of {sorted(SCALES)}")
     return SCALES[name]
