@@ -450,7 +450,7 @@ def test_the_repos_own_prepared_model_is_not_asked_for_on_yours(task_name, keeps
     repo.mkdir(parents=True)
     (repo.parent / "n_params").write_text("1000")
     monkeypatch.setattr(models, "CACHE_ROOT", tmp_path)
-    monkeypatch.setattr(models, "_derive", lambda t, info: repo)  # the derived repo's making is tested above
+    monkeypatch.setattr(models, "_derive", lambda t, info, adapter="full": repo)  # its making is tested above
     monkeypatch.setattr(models, "register", lambda *a, **k: None)
     arch = f"llama_{BIG_VOCAB[task_name]}" if task_name in BIG_VOCAB else "llama"
     derived = models.with_model(replace(task, model_path=str(saved[arch])))

@@ -11,6 +11,7 @@ from ai4ai import PROJECT_ROOT
 USES = {
     "torch": r"^\s*(import|from) torch\b",
     "transformers": r"^\s*from transformers\b",
+    "peft": r"^\s*from peft import\b",
     "triton": r"^\s*(import|from) triton\b",
     "hydra-core": r"^\s*(import|from) hydra\b",
     "hydra-submitit-launcher": r"^\s*- submitit_(local|slurm)\b",  # conf/hydra/launcher/*.yaml

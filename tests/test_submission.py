@@ -192,7 +192,7 @@ out = {}
 for name, repo in json.loads(sys.argv[1]).items():
     sys.path.insert(0, repo)
     from model import build_model
-    out[name] = {s: sum(p.numel() for p in build_model(s).parameters()) for s in ("ci", "smoke", "full")}
+    out[name] = {s: sum(p.numel() for p in build_model(s).parameters()) for s in ("ci", "smoke", "quick", "full")}
     sys.path.remove(repo)
     for mod in [m for m, v in sys.modules.items() if str(getattr(v, "__file__", "") or "").startswith(repo)]:
         del sys.modules[mod]        # the next repo has its own model, config, data modules

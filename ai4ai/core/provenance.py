@@ -54,7 +54,7 @@ def benchmark_version() -> str:
 # decides which submissions are accepted, not what the anchors measure) and a scale's GPU estimate
 # and peak memory (what a dry run prints). model_path is measured apart: by the model's content
 # (model_sha256), never by its folder's name.
-UNMEASURED_KEYS = ("description", "tuning", "model_path")
+UNMEASURED_KEYS = ("description", "tuning", "model_path", "adapter")  # a model and its adapter: in the derived repo
 UNMEASURED_SCALE_KEYS = ("n_params", "estimate", "peak_gpu_gib")
 
 

@@ -23,6 +23,7 @@ SCALES = ("ci", "smoke", "quick", "full")
 # (not committed). `quick` is what a researcher iterates on (a shipped seed in 1-2 minutes of one
 # GPU); `full` is the benchmark proper. ci and smoke, the CPU tiers, cap CPU time (records.METERED_SCALES).
 GPU_SCALES = ("quick", "full")
+ADAPTERS = ("auto", "full", "lora")  # task.adapter: how a brought model (task.model_path) is fine-tuned
 
 
 class TaskError(ValueError):
@@ -200,6 +201,10 @@ class Task:
     # A Hugging Face causal LM folder that replaces the repo's prepared model (task.model_path=...;
     # ai4ai/repo/models.py). None: the repo's own model, exactly as without the option.
     model_path: str | None = None
+    # With model_path: how the shipped recipe fine-tunes it (task.adapter=...): "full" (every weight),
+    # "lora" (a LoRA adapter, peft; the sft and dpo repos) or "auto" (models.resolve_adapter: lora for a
+    # model too large to fine-tune in full). Its effect is folded into the derived repo (byom/adapter.json).
+    adapter: str = "auto"
     # check_task tuning=true: points of a sweep of the shipped recipe, each a tuple of
     # ("[file.py:]CONSTANT", new value) pairs, or a TuningSearch of several knobs searched jointly
     # (ai4ai/analysis/tuning.py expands, builds and grades them); None: the config declares no sweep;
@@ -297,7 +302,7 @@ def parse_task(raw: Any, where: str) -> Task:
         raw,
         where,
         {"name", "family", "description", "repo", "grader", "editable", "entry", "model", "metric", "scales"},
-        {"protected", "checkpoint_metadata", "data", "deterministic", "model_path", "tuning", "meter"},
+        {"protected", "checkpoint_metadata", "data", "deterministic", "model_path", "adapter", "tuning", "meter"},
     )
     if not isinstance(d.get("deterministic", False), bool):
         raise TaskError(f"{where}: deterministic must be true or false, got {d['deterministic']!r}")
@@ -363,6 +368,11 @@ def parse_task(raw: Any, where: str) -> Task:
     model_path = d.get("model_path")
     if model_path is not None and (not isinstance(model_path, str) or not model_path.strip()):
         raise TaskError(f"{where}: model_path must be a folder path (a string) or null, got {model_path!r}")
+    adapter = d.get("adapter", "auto")
+    if adapter not in ADAPTERS:
+        raise TaskError(
+            f"{where}: adapter must be one of {', '.join(ADAPTERS)} (how a brought model is fine-tuned), got {adapter!r}"
+        )
     if ":" not in d["model"]:
         raise TaskError(f"{where}: model must be 'module:function', got {d['model']!r}")
     return Task(
@@ -389,6 +399,7 @@ def parse_task(raw: Any, where: str) -> Task:
         grading_data=data.get("grading"),
         grading_artifacts=graded_arts,
         model_path=model_path,
+        adapter=adapter,
         tuning=parse_tuning(d.get("tuning"), where),
         meter=parse_meter(d.get("meter"), where),
     )

@@ -11,10 +11,11 @@ from ai4ai.prepare (each cached file is checked against its sha256 unless check=
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.core.task import Task
+from ai4ai.core.task import Task, list_tasks, load_task
 from ai4ai.repo import preparing as prep
 
 UNIT_NAMES = {
@@ -193,8 +194,4 @@ def calibration_cut(results: list) -> str | None:
 
 
 if __name__ == "__main__":
-    import sys
-
-    from ai4ai.core.task import list_tasks, load_task
-
     print(cost_table([load_task(n) for n in list_tasks()], sys.argv[1] if len(sys.argv) > 1 else "full"), end="")

@@ -65,6 +65,15 @@ ON_DEVICE = ("unlearning",)
 # task has no artifacts step: `python -m ai4ai.prepare ... task.model_path=PATH` and the dry run do not
 # ask for the repo's own model, which training on yours never loads.
 KEEP_REPO_ARTIFACTS = ("distillation",)
+# The repos whose shipped recipe can train a LoRA adapter (peft) on your model instead of every weight
+# (task.adapter=lora; auto picks it above LORA_FROM_PARAMS or where full fine-tuning would not fit the
+# GPU): the derived repo carries the choice in byom/adapter.json, so its version and anchors are the
+# adapter's. The protected checkpoint writer merges the adapter (merge_and_unload) into each checkpoint,
+# so the grader loads the model's own weights as for any other run.
+ADAPTER_TASKS = ("sft", "dpo")
+LORA_FROM_PARAMS = 1_000_000_000
+# bytes a parameter costs when every weight trains with AdamW in fp32 (weight, gradient, two moments)
+FULL_FINETUNE_BYTES = 16
 WEIGHT_FILES = (
     "model.safetensors",
     "model.safetensors.index.json",
@@ -311,17 +320,18 @@ files below `byom/` describe it and `model.build_model` builds it from `byom/mod
 """
 
 
-def _derive(task: Task, info: ModelInfo) -> Path:
-    """The derived repo of (frozen repo, model), made once: copy, byom/, the family's prepare step."""
-    dest = CACHE_ROOT / task.name / f"{tree_sha256(task.repo)[:16]}-{info.sha256[:16]}" / "repo"
+def _derive(task: Task, info: ModelInfo, adapter: str = "full") -> Path:
+    """The derived repo of (frozen repo, model, adapter), made once: copy, byom/, the family's prepare step."""
+    lora = "-lora" if adapter == "lora" else ""
+    dest = CACHE_ROOT / task.name / f"{tree_sha256(task.repo)[:16]}-{info.sha256[:16]}{lora}" / "repo"
     if dest.is_dir():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(dest.with_name("repo.lock")):  # processes deriving it at once: one does, the rest reuse it
-        return dest if dest.is_dir() else _derive_locked(task, info, dest)
+        return dest if dest.is_dir() else _derive_locked(task, info, dest, adapter)
 
 
-def _derive_locked(task: Task, info: ModelInfo, dest: Path) -> Path:
+def _derive_locked(task: Task, info: ModelInfo, dest: Path, adapter: str = "full") -> Path:
     tmp = dest.with_name("repo.partial")
     if tmp.exists():
         make_writable(tmp)
@@ -347,6 +357,8 @@ def _derive_locked(task: Task, info: ModelInfo, dest: Path) -> Path:
         )
         + "\n"
     )
+    if adapter == "lora":  # the repo's config.ADAPTER: train.py trains a LoRA adapter (README "Your own model")
+        (own / "adapter.json").write_text(json.dumps({"adapter": "lora"}) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     threads = str(max(task.scale(s).threads for s in task.scales))
     env.update(
@@ -394,29 +406,65 @@ def _derive_locked(task: Task, info: ModelInfo, dest: Path) -> Path:
     (own / "MODEL.md").write_text(describe(info).lstrip())
     with open(tmp / "README.md", "a") as f:
         f.write(describe(info))
+        if adapter == "lora":
+            f.write(
+                "\nThis copy trains a LoRA adapter on it (task.adapter=lora, `byom/adapter.json`, "
+                '`config.ADAPTER`): see "Your own model" above for what that changes.\n'
+            )
     for p in own.rglob("*"):  # safetensors writes 0600: the sandbox's user must read what prepare made
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
     tmp.rename(dest)
     return dest
 
 
+def resolve_adapter(task: Task, n_params: int, gpu_bytes: int | None = None) -> str:
+    """The adapter a brought model trains with: task.adapter, with `auto` made "lora" where the repo
+    can train one and the model is large (LORA_FROM_PARAMS) or full fine-tuning would take more than
+    half of the GPU's memory (gpu_bytes; None: this machine's first GPU, or no GPU), else "full". A
+    "lora" the task's repo cannot train is refused (one line)."""
+    if task.adapter == "lora" and task.name not in ADAPTER_TASKS:
+        raise ModelPathError(
+            task.model_path,
+            f"task.adapter=lora: the {task.name} repo trains every weight of your model; a LoRA adapter is "
+            f"trained by {' and '.join(ADAPTER_TASKS)} (use task.adapter=full or auto here)",
+        )
+    if task.adapter != "auto":
+        return task.adapter
+    if task.name not in ADAPTER_TASKS:
+        return "full"
+    if gpu_bytes is None:
+        import torch
+
+        gpu_bytes = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
+    too_big = n_params >= LORA_FROM_PARAMS or (gpu_bytes > 0 and FULL_FINETUNE_BYTES * n_params > gpu_bytes / 2)
+    return "lora" if too_big else "full"
+
+
 def with_model(task: Task) -> Task:
     """The task on its model: unchanged when task.model_path is unset; else checked (ModelPathError),
-    prepared once (the derived repo) and recorded in grader_hidden/<task>/models.yaml, with `repo`
-    the derived repo and each scale's n_params the model's."""
+    prepared once (the derived repo, per adapter) and recorded in grader_hidden/<task>/models.yaml, with
+    `repo` the derived repo and each scale's n_params the model's."""
     if not task.model_path:
+        if task.adapter == "lora":
+            raise TaskError(
+                "task.adapter=lora applies to a model you bring (task.model_path=FOLDER); the repo's own "
+                "model trains every weight"
+            )
         return task
     if CACHE_ROOT in Path(task.repo).parents:  # already derived
         return task
     info = check_model_path(task)
-    repo = _derive(task, info)
+    adapter = resolve_adapter(task, info.n_params)
+    repo = _derive(task, info, adapter)
     info = replace(info, n_params=int((repo.parent / "n_params").read_text()))
     derived = replace(
         task,
         repo=repo,
+        adapter=adapter,
         artifacts=task.artifacts if task.name in KEEP_REPO_ARTIFACTS else None,
         description=f"{task.description} This copy trains your own model: {info.architecture}, "
-        f"{info.n_params:,} parameters, a vocabulary of {info.vocab_size:,} (README).",
+        f"{info.n_params:,} parameters, a vocabulary of {info.vocab_size:,}"
+        f"{', with a LoRA adapter' if adapter == 'lora' else ''} (README).",
         scales={s: replace(b, n_params=info.n_params) for s, b in task.scales.items()},
         base_task=replace(task, model_path=None),
     )
@@ -455,6 +503,7 @@ def provenance_record(task: Task) -> dict | None:
     )
     return {
         "path": str(task.model_path),
+        "adapter": "lora" if (Path(task.repo) / "byom" / "adapter.json").exists() else "full",
         "sha256": info.get("source_sha256") or model_sha256(task.model_path),
         "n_params": task.scale(next(iter(task.scales))).n_params,
         "vocab_size": info.get("vocab_size"),

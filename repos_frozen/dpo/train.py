@@ -11,6 +11,7 @@ The data budget is metered by data.PairSplit; the wall clock (--budget-s) is a s
 ci/smoke and the binding cap at full, where the grader stops the run at T seconds.
 """
 import argparse
+import contextlib
 import copy
 import time
 
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from checkpoint import load_policy, save_checkpoint
+from config import ADAPTER
 from data import PairSplit
 from model import answer_mask, token_logps, train_autocast
 
@@ -28,6 +30,8 @@ LR = 3e-6            # best of {1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3} at smo
 WARMUP = 20          # linear warmup steps
 BATCH_SIZE = 64      # pairs per optimizer step
 N_SAVES = 8          # checkpoints over the run (the last three are kept)
+LORA_RANK = 16       # with config.ADAPTER "lora" (your own model, task.adapter=lora): the adapter's rank,
+LORA_ALPHA = 32      # its scale, on every linear layer but the output head (peft's "all-linear")
 
 
 def sequence_logps(model, seqs, prompt_lens):
@@ -46,7 +50,9 @@ def dpo_loss(policy, reference, chosen, rejected, prompt_lens):
     both = torch.cat([chosen, rejected])
     lens = torch.cat([prompt_lens, prompt_lens])
     logp = sequence_logps(policy, both, lens)
-    with torch.no_grad():
+    # with a LoRA adapter the reference is the policy itself, its adapter switched off
+    off = reference.disable_adapter() if hasattr(reference, "disable_adapter") else contextlib.nullcontext()
+    with torch.no_grad(), off:
         ref = sequence_logps(reference, both, lens)
     pc, pr = logp.chunk(2)
     rc, rr = ref.chunk(2)
@@ -67,12 +73,18 @@ def main():
     device = torch.device(args.device)
     split = PairSplit(args.scale)
     policy = load_policy(args.scale).to(device).train()
-    reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    if ADAPTER == "lora":   # the prepared policy frozen under the adapter is the reference: no second copy
+        from peft import LoraConfig, get_peft_model
+        policy = get_peft_model(policy, LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
+                                                   target_modules="all-linear"))
+        reference = policy
+    else:
+        reference = copy.deepcopy(policy).eval().requires_grad_(False)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=LR, betas=(0.9, 0.95), weight_decay=0.0)
     total_steps = split.budget // BATCH_SIZE
     save_every = max(1, total_steps // N_SAVES)
     order = torch.Generator().manual_seed(args.seed)
-    print(f"DPO on {sum(q.numel() for q in policy.parameters()):,} parameters for {total_steps} steps "
+    print(f"DPO on {sum(q.numel() for q in policy.parameters() if q.requires_grad):,} parameters for {total_steps} steps "
           f"of {BATCH_SIZE} pairs", flush=True)
 
     t0 = time.time()

@@ -48,6 +48,9 @@ def decode(ids) -> str:
 # committed splits keep the task ids; data.load_sequences maps them through TOKEN_IDS.
 SYMBOLS = ["<pad>", "<bos>", "<eos>", *CHARS]
 BYOM = Path(__file__).resolve().parent / "byom"
+# How your own model is fine-tuned (task.adapter; README "Your own model"): "lora" where the harness
+# derived this copy with a LoRA adapter (byom/adapter.json), else "full" (every weight trains).
+ADAPTER = json.loads((BYOM / "adapter.json").read_text())["adapter"] if (BYOM / "adapter.json").exists() else "full"
 TOKEN_IDS = None
 if (BYOM / "vocab.json").exists():
     _own = json.loads((BYOM / "vocab.json").read_text())

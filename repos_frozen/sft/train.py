@@ -14,7 +14,7 @@ import time
 import torch
 
 from checkpoint import save_checkpoint
-from config import PAD
+from config import ADAPTER, PAD
 from data import TrainingSplit
 from model import build_model, load_base, train_autocast
 
@@ -27,6 +27,8 @@ BATCH_SIZE = 4       # sequences per optimizer step. Swept at smoke at the same 
 # batch 4: 0.7645, 0.7363 (seeds 0, 1); batch 8: sigma 0.428 on the batch-16 anchors (0.369, 0.435,
 # 0.479); batch 16 (the earlier default, which beat 32): 0.433 (mean of calibration seeds 1000-1004)
 N_SAVES = 8          # checkpoints over the run (the last three are kept)
+LORA_RANK = 16       # with config.ADAPTER "lora" (your own model, task.adapter=lora): the adapter's rank,
+LORA_ALPHA = 32      # its scale, on every linear layer but the output head (peft's "all-linear")
 
 # ----------------------------------------------------------------------------- setup
 p = argparse.ArgumentParser()
@@ -41,12 +43,16 @@ torch.manual_seed(args.seed)
 device = torch.device(args.device)
 split = TrainingSplit(args.scale)
 model = load_base(build_model(args.scale), args.scale).to(device)
+if ADAPTER == "lora":   # the base stays frozen; the checkpoint writer merges the adapter into each save
+    from peft import LoraConfig, get_peft_model
+    model = get_peft_model(model, LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
+                                             target_modules="all-linear"))
 model.train()
 optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
 total_steps = split.budget // BATCH_SIZE
 save_every = max(1, total_steps // N_SAVES)
 order = torch.Generator().manual_seed(args.seed)
-print(f"fine-tuning {sum(p.numel() for p in model.parameters()):,} parameters for {total_steps} steps "
+print(f"fine-tuning {sum(p.numel() for p in model.parameters() if p.requires_grad):,} parameters for {total_steps} steps "
       f"of {BATCH_SIZE} examples", flush=True)
 
 # ----------------------------------------------------------------------------- loop
