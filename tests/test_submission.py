@@ -4,7 +4,7 @@ import shutil
 import pytest
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.core.task import list_tasks, load_task
+from ai4ai.core.task import SCALES, list_tasks, load_task
 from ai4ai.repo.leaks import INFO_FLOOR_BYTES, INFO_FRACTION, information_budget
 from ai4ai.repo.patches import PatchFormatError, parse_patch
 from ai4ai.repo.submission import MAX_PATCH_BYTES, apply, from_patch, from_workspace, unified_diff
@@ -189,10 +189,11 @@ COUNT_PARAMS = """
 import json, sys
 from pathlib import Path
 out = {}
+scales = json.loads(sys.argv[2])
 for name, repo in json.loads(sys.argv[1]).items():
     sys.path.insert(0, repo)
     from model import build_model
-    out[name] = {s: sum(p.numel() for p in build_model(s).parameters()) for s in ("ci", "smoke", "quick", "full")}
+    out[name] = {s: sum(p.numel() for p in build_model(s).parameters()) for s in scales}
     sys.path.remove(repo)
     for mod in [m for m, v in sys.modules.items() if str(getattr(v, "__file__", "") or "").startswith(repo)]:
         del sys.modules[mod]        # the next repo has its own model, config, data modules
@@ -209,7 +210,13 @@ def test_declared_parameter_counts_match_the_models():
 
     tasks = {t: load_task(t) for t in list_tasks()}
     r = subprocess.run(
-        [sys.executable, "-c", COUNT_PARAMS, json.dumps({t: str(v.repo) for t, v in tasks.items()})],
+        [
+            sys.executable,
+            "-c",
+            COUNT_PARAMS,
+            json.dumps({t: str(v.repo) for t, v in tasks.items()}),
+            json.dumps(SCALES),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
