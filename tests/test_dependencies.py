@@ -12,6 +12,8 @@ USES = {
     "torch": r"^\s*(import|from) torch\b",
     "transformers": r"^\s*from transformers\b",
     "peft": r"^\s*from peft import\b",
+    "datasets": r"^\s*import datasets\b",
+    "pyarrow": r"^\s*import pyarrow\b",
     "triton": r"^\s*(import|from) triton\b",
     "hydra-core": r"^\s*(import|from) hydra\b",
     "hydra-submitit-launcher": r"^\s*- submitit_(local|slurm)\b",  # conf/hydra/launcher/*.yaml

@@ -46,7 +46,8 @@ def proxied_run(tmp_path_factory):
     """One real ci run of the optimizer task by a command agent that makes two proxy calls and marks
     a submission, through `pipeline.run`: (run_dir, result). A few minutes; shared by this module."""
     tmp = tmp_path_factory.mktemp("view_run")
-    cfg = compose_in(tmp, "config", CI + ["agent=command", "agent.command=true"])
+    # a roomy CPU cap: the page's curve needs a run that got past a few log lines on a slow CI host
+    cfg = compose_in(tmp, "config", CI + ["agent=command", "agent.command=true", "task.scales.ci.cap_factor=4"])
     cfg.agent.command = EDIT_AND_PROXY  # set after composing: no override grammar to quote for
     run_dir = tmp / "run"
     pipeline.run(cfg, run_dir)

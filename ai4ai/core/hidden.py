@@ -16,7 +16,8 @@ A hidden grader package provides:
     evaluate_with_noise(model, split, cfg)      optional: (raw, standard error of the paired
                                                 excess over the best predictor), for noise checks
 
-`write_splits` is the one writer of a grader's split files (materialize, grading_data and the like);
+`write_splits` is the one writer of a grader's split files (materialize, grading_data and the like),
+raw arrays or, for the GPU tiers' large splits, `datasets` folders (`ArrowSplit`);
 `shrunk()` says whether the harness asks for `full` at CPU sizes (SHRINK_ENV).
 
 Loading: every grader is loaded as the package `ai4ai_hidden.<task>` (from its own folder, wherever
@@ -45,6 +46,7 @@ import importlib.util
 import io
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -133,20 +135,80 @@ def uses_common(grader_dir: Path) -> bool:
     return False
 
 
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _npy(arr: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=False)
     return buf.getvalue()
 
 
+@dataclass(frozen=True)
+class ArrowSplit:
+    """A split to be written as a Hugging Face `datasets` folder (`Dataset.save_to_disk`): one row per
+    example, each column a fixed-size list of one array's trailing values ([N, L] -> N rows of L). The
+    GPU tiers' large splits are written so: the repo's data.py memory-maps it (`load_from_disk`) and
+    reads only the rows it serves, and a researcher opens it with `datasets.load_from_disk`."""
+
+    columns: dict  # {name: np.ndarray [N, L]}, every array of the same N
+
+
+def _write_arrow(folder: Path, split: ArrowSplit) -> list[str]:
+    """`split` saved into `folder` by `datasets`; the files written, relative to it. The fingerprint is
+    the content's sha256 (not the random one datasets gives a table built in memory), so the same rows
+    write the same bytes on every machine, state.json included."""
+    import datasets
+    import pyarrow as pa
+    from datasets.table import InMemoryTable
+
+    if not split.columns:
+        raise ValueError("an ArrowSplit needs at least one column")
+    rows = {len(a) for a in split.columns.values()}
+    if len(rows) != 1:
+        raise ValueError(f"an ArrowSplit's columns differ in length: {sorted(rows)}")
+    table, features, h = {}, {}, hashlib.sha256()
+    for name, arr in split.columns.items():
+        arr = np.ascontiguousarray(arr)
+        if arr.ndim != 2:
+            raise ValueError(f"column {name}: an [N, L] array, not shape {arr.shape}")
+        h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
+        h.update(arr.tobytes())
+        table[name] = pa.FixedSizeListArray.from_arrays(pa.array(arr.reshape(-1)), arr.shape[1])
+        features[name] = datasets.List(datasets.Value(str(arr.dtype)), length=arr.shape[1])
+    ds = datasets.Dataset(
+        InMemoryTable(pa.table(table)),
+        info=datasets.DatasetInfo(features=datasets.Features(features)),
+        fingerprint=h.hexdigest()[:16],
+    )
+    was = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        ds.save_to_disk(str(folder))
+    finally:
+        if was:
+            datasets.enable_progress_bars()
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
 def write_splits(dest: Path, files: dict) -> dict:
     """For a grader's materialize, grading_data or the files a repo's prepare step reads: write each
     {name: array} into dest, a name ending in .npy as a NumPy file (np.save: dtype and shape kept, no
-    pickle), any other as the array's raw uint8 bytes; return {name: sha256 of the bytes written}."""
+    pickle), an ArrowSplit as a `datasets` folder `name/` (its files listed as `name/<file>`), any
+    other as the array's raw uint8 bytes; return {name: sha256 of the bytes written}."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     sums = {}
     for name, arr in files.items():
+        if isinstance(arr, ArrowSplit):
+            for rel in _write_arrow(dest / name, arr):
+                sums[f"{name}/{rel}"] = _sha256_file(dest / name / rel)
+            continue
         raw = _npy(arr) if name.endswith(".npy") else np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
         (dest / name).write_bytes(raw)
         sums[name] = hashlib.sha256(raw).hexdigest()

@@ -182,7 +182,8 @@ class Task:
     data_checksums: str | None
     validation_files: tuple[str, ...]
     prepare: str | None
-    prepare_writes: tuple[str, ...]  # files data.prepare writes ({scale} filled in), for plans and checks
+    # files data.prepare writes ({scale} filled in), for plans and checks; `name/` a folder (a `datasets` split)
+    prepare_writes: tuple[str, ...]
     data_env: str | None
     metric: Metric
     scales: dict[str, ScaleBudget]

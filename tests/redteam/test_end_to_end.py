@@ -9,7 +9,7 @@ from ai4ai import pipeline
 from ai4ai.core.record import connect
 from ai4ai.core.result import validate
 
-from .conftest import CI, needs_bwrap, train_py_patch, write_patch
+from .conftest import CI, ROOMY_CAP, needs_bwrap, train_py_patch, write_patch
 
 PLANT = """
 import os, pathlib, sys
@@ -52,7 +52,9 @@ def test_planted_files_and_extra_checkpoints_gain_nothing(compose_cfg, tmp_path,
     whitelisted metadata keys are recorded, and the score stays at the shipped algorithm's 0.1 within noise."""
     marker = tmp_path / "PWNED_planted_code_ran"
     patch = train_py_patch(task, "order = torch.Generator", "", at_end=PLANT.format(marker=str(marker)) + EXTRA)
-    cfg = compose_cfg("grade", CI + [f"patch={write_patch(tmp_path, patch)}", "sandbox=bwrap"])
+    # the probe plants after the training loop, so its run must end uncut: a cap of 4 x the shipped CPU
+    # time (not 1.5) keeps a slow spell of a shared CI host from cutting it; the cap is not under test here
+    cfg = compose_cfg("grade", CI + [f"patch={write_patch(tmp_path, patch)}", "sandbox=bwrap", ROOMY_CAP])
     run_dir = tmp_path / "grade_plant"
     pipeline.grade(cfg, run_dir)
     r = json.loads((run_dir / "result.json").read_text())

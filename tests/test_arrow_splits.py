@@ -1,0 +1,204 @@
+"""The GPU tiers' large training splits as Hugging Face `datasets` folders (issue: the stack research
+repos use). Invariants: a split written by `write_splits` as an `ArrowSplit` is the same bytes on
+every write (state.json's fingerprint is the content's, not a random one), every file of it is in
+the checksums, `datasets.load_from_disk` reads back the rows written; the optimizer repo's data.py
+serves from it exactly what it serves from the raw tensor for every index the tensor accepts as a
+[B] integer index, refuses every other index, and refuses a folder whose files differ in any byte,
+name or number from the listing beside it. Checked with the real `datasets` and pyarrow."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ai4ai import PROJECT_ROOT
+from ai4ai.core.hidden import ArrowSplit, write_splits
+from ai4ai.core.task import load_task
+from ai4ai.repo import preparing
+from ai4ai.repo.preparing import read_sums, verify, write_sums
+
+REPO = PROJECT_ROOT / "repos_frozen" / "optimizer"
+SEQ_LEN = 128
+
+
+def tokens(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (n, SEQ_LEN), dtype=np.uint8)
+
+
+def both_formats(folder: Path, arr: np.ndarray, scale: str = "quick") -> None:
+    """`arr` as the raw `train_ci.u8` (what the committed tiers hold) and as the `datasets` folder
+    `train_<scale>/`, one SHA256SUMS listing both."""
+    sums = write_splits(folder, {"train_ci.u8": arr, f"train_{scale}": ArrowSplit({"tokens": arr})})
+    write_sums(folder, sums)
+
+
+def in_repo(data_dir: Path, code: str) -> subprocess.CompletedProcess:
+    """`code` run in a fresh process with the optimizer repo's modules importable, as the meter runs them."""
+    env = {**os.environ, "OPTIMIZER_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO)}
+    env.pop("AI4AI_METER", None)
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_an_arrow_split_is_the_same_bytes_every_write_and_datasets_reads_it_back(tmp_path):
+    import datasets
+
+    arr = tokens(3000)
+    a = write_splits(tmp_path / "a", {"train_x": ArrowSplit({"tokens": arr})})
+    b = write_splits(tmp_path / "b", {"train_x": ArrowSplit({"tokens": arr})})
+    assert a == b
+    assert {"train_x/state.json", "train_x/dataset_info.json"} <= set(a)
+    assert any(k.startswith("train_x/data-") and k.endswith(".arrow") for k in a)
+    on_disk = {p.relative_to(tmp_path / "a").as_posix() for p in (tmp_path / "a").rglob("*") if p.is_file()}
+    assert on_disk == set(a)  # every file written is listed, and nothing else was written
+    fingerprint = json.loads((tmp_path / "a" / "train_x" / "state.json").read_text())["_fingerprint"]
+    other = write_splits(tmp_path / "c", {"train_x": ArrowSplit({"tokens": tokens(3000, seed=1)})})
+    assert json.loads((tmp_path / "c" / "train_x" / "state.json").read_text())["_fingerprint"] != fingerprint
+    assert other["train_x/state.json"] != a["train_x/state.json"]
+    ds = datasets.load_from_disk(str(tmp_path / "a" / "train_x")).with_format("numpy")
+    assert len(ds) == 3000 and ds.features["tokens"].length == SEQ_LEN
+    assert np.array_equal(np.asarray(ds[:]["tokens"]), arr)
+    # the harness's cache check reads the nested names: a changed byte is found
+    write_sums(tmp_path / "a", a)
+    assert verify(tmp_path / "a") == []
+    shard = next((tmp_path / "a" / "train_x").glob("*.arrow"))
+    raw = bytearray(shard.read_bytes())
+    raw[-100] ^= 1
+    shard.write_bytes(bytes(raw))
+    assert verify(tmp_path / "a") == [f"train_x/{shard.name} does not match its sha256"]
+
+
+@pytest.mark.parametrize(
+    "columns, why",
+    [
+        ({}, "at least one column"),
+        ({"t": np.zeros(4, np.uint8)}, "an \\[N, L\\] array"),
+        ({"a": np.zeros((3, 2), np.uint8), "b": np.zeros((4, 2), np.uint8)}, "differ in length"),
+    ],
+)
+def test_a_malformed_arrow_split_is_refused(tmp_path, columns, why):
+    with pytest.raises(ValueError, match=why):
+        write_splits(tmp_path, {"s": ArrowSplit(columns)})
+
+
+# Every index shape, sign, size and dtype against the raw tensor's own indexing: equal rows or an
+# IndexError from both, for a 1-D integer index; an IndexError from the datasets folder for any other.
+FUZZ = r"""
+import json, torch, data
+raw, arrow = data.load_sequences("train_ci"), data.load_sequences("train_quick")
+assert isinstance(raw, torch.Tensor) and isinstance(arrow, data.ArrowSequences), (type(raw), type(arrow))
+n = len(raw)
+assert len(arrow) == n and arrow.shape == tuple(raw.shape) and len(arrow.chunks) >= 3  # record batches of 1000 rows
+g = torch.Generator().manual_seed(int(__import__("sys").argv[1]))
+kinds = {"same": 0, "both_refused": 0, "other_refused": 0}
+for trial in range(400):
+    dtype = [torch.int8, torch.int16, torch.int32, torch.int64][trial % 4]
+    size = int(torch.randint(0, 70, (1,), generator=g))
+    span = [n, 2 * n, 3, 1500, n + 1][trial % 5]
+    lo, hi = max(-span, torch.iinfo(dtype).min), min(span, torch.iinfo(dtype).max)
+    idx = torch.randint(lo, hi + 1, (size,), generator=g).to(dtype)
+    try:
+        want = raw[idx]
+    except IndexError:
+        want = None
+    try:
+        got = arrow[idx]
+    except IndexError:
+        got = None
+    assert (want is None) == (got is None), (idx, want is None)
+    if want is None:
+        kinds["both_refused"] += 1
+        continue
+    assert got.dtype == torch.int64 and got.shape == want.shape and torch.equal(got, want), idx
+    kinds["same"] += 1
+others = [torch.zeros((2, 3), dtype=torch.int64), torch.tensor(5), torch.tensor([0.0, 1.0]),
+          torch.tensor([True, False] * (n // 2)), torch.zeros((0, 1), dtype=torch.int64), torch.tensor([1 + 0j]),
+          torch.tensor([1, 2], dtype=torch.uint8)]   # uint8: a mask to torch's indexing, so refused
+for idx in others:
+    try:
+        arrow[idx]
+    except IndexError:
+        kinds["other_refused"] += 1
+print("RESULT " + json.dumps(kinds))
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_repo_serves_the_same_rows_from_a_datasets_folder_as_from_the_raw_split(tmp_path, seed):
+    both_formats(tmp_path, tokens(2601, seed))
+    r = in_repo(tmp_path, FUZZ.replace('__import__("sys").argv[1]', str(seed)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    kinds = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+    assert kinds["same"] > 80 and kinds["both_refused"] > 150 and kinds["other_refused"] == 7, kinds
+
+
+METERED = r"""
+import torch, data
+s = data.TrainingSplit("quick")
+assert isinstance(s.sequences, data.ArrowSequences)
+print("LEN", len(s), "BUDGET", s.budget)
+x = s.get(torch.tensor([0, 3, -1]))
+print("SERVED", s.served, tuple(x.shape))
+"""
+
+
+def test_the_training_split_class_meters_a_datasets_folder_as_it_meters_a_tensor(tmp_path):
+    both_formats(tmp_path, tokens(64))
+    r = in_repo(tmp_path, METERED)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "LEN 64" in r.stdout and "SERVED 3 (3, 128)" in r.stdout
+
+
+def _tamper(folder: Path, how: str) -> None:
+    split = folder / "train_quick"
+    shard = next(split.glob("*.arrow"))
+    if how == "byte":
+        raw = bytearray(shard.read_bytes())
+        raw[len(raw) // 2] ^= 0x40
+        shard.write_bytes(bytes(raw))
+    elif how == "extra_file":
+        (split / "data-00001-of-00001.arrow").write_bytes(shard.read_bytes())
+    elif how == "missing_file":
+        (split / "dataset_info.json").unlink()
+    elif how == "unlisted":
+        write_sums(folder, {k: v for k, v in read_sums(folder).items() if not k.startswith("train_quick/")})
+    elif how == "renamed":
+        shard.rename(split / ("x" + shard.name))
+    elif how == "state":  # a state.json pointing at another file
+        state = json.loads((split / "state.json").read_text())
+        state["_data_files"] = [{"filename": "../train_ci.u8"}]
+        (split / "state.json").write_text(json.dumps(state))
+    else:
+        raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["byte", "extra_file", "missing_file", "unlisted", "renamed", "state"])
+def test_a_datasets_folder_that_differs_from_its_listing_is_refused(tmp_path, how):
+    both_formats(tmp_path, tokens(64))
+    _tamper(tmp_path, how)
+    r = in_repo(tmp_path, "import data; data.load_sequences('train_quick')")
+    assert r.returncode != 0 and "RuntimeError" in r.stderr and "SHA256SUMS" in r.stderr, r.stderr[-2000:]
+
+
+def test_prepare_writes_the_gpu_tiers_split_as_a_datasets_folder(tmp_path, monkeypatch):
+    """The optimizer grader's own prepare at `quick` (CPU sizes): a `datasets` folder in the cache,
+    named by data.writes' `train_{scale}/`, verified on reuse; ci and smoke keep their raw files."""
+    monkeypatch.setenv("AI4AI_SHRINK", "1")
+    task = load_task("optimizer")
+    assert "train_{scale}/" in task.prepare_writes
+    dest = preparing.materialize_cached(task, "quick", tmp_path)
+    sums = read_sums(dest)
+    assert preparing.written("train_quick/", sums) and not preparing.written("train_full/", sums)
+    assert any(k.startswith("train_quick/") and k.endswith(".arrow") for k in sums) and "val.u8" in sums
+    assert preparing.cache_state(task, "quick", tmp_path).state == "complete"
+    graded = read_sums(preparing.grading_mounts(task, "quick", tmp_path)[0][0].host)
+    shards = sorted(k for k in sums if k.startswith("train_quick/") and k.endswith(".arrow"))
+    assert shards == sorted(k for k in graded if k.endswith(".arrow"))
+    assert all(graded[k] != sums[k] for k in shards)  # another instance of the source: other rows
+    from ai4ai.core.hidden import load_grader
+
+    committed = load_grader("optimizer", task.grader).materialize("ci", tmp_path / "ci")
+    assert set(committed) == {"train_ci.u8", "val.u8"}  # the CPU tiers' splits stay raw files
