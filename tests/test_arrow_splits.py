@@ -21,26 +21,37 @@ from ai4ai.core.task import load_task
 from ai4ai.repo import preparing
 from ai4ai.repo.preparing import read_sums, verify, write_sums
 
-REPO = PROJECT_ROOT / "repos_frozen" / "optimizer"
 SEQ_LEN = 128
+# the repos whose GPU tiers' training split is a datasets folder: (its data env, how its data.py loads a
+# split by name, the shape of one row)
+REPOS = {
+    "optimizer": ("OPTIMIZER_DATA_DIR", "data.load_sequences({name!r})", (128,)),
+    "sft": ("SFT_DATA_DIR", "data.load_sequences({name!r})", (64,)),
+    "dpo": ("DPO_DATA_DIR", "data.load_rows({name!r}, (2, 32))", (2, 32)),
+}
 
 
-def tokens(n: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (n, SEQ_LEN), dtype=np.uint8)
+def tokens(n: int, seed: int = 0, row: tuple = (SEQ_LEN,)) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (n, *row), dtype=np.uint8)
 
 
-def both_formats(folder: Path, arr: np.ndarray, scale: str = "quick") -> None:
-    """`arr` as the raw `train_ci.u8` (what the committed tiers hold) and as the `datasets` folder
-    `train_<scale>/`, one SHA256SUMS listing both."""
-    sums = write_splits(folder, {"train_ci.u8": arr, f"train_{scale}": ArrowSplit({"tokens": arr})})
-    write_sums(folder, sums)
+def both_formats(folder: Path, arr: np.ndarray) -> None:
+    """`arr` as a raw file `fuzz_raw.u8` (the format the committed tiers hold) and as the `datasets`
+    folders `fuzz_arrow/` and `train_quick/`, one SHA256SUMS listing them all."""
+    split = ArrowSplit({"tokens": arr})
+    write_sums(folder, write_splits(folder, {"fuzz_raw.u8": arr, "fuzz_arrow": split, "train_quick": split}))
 
 
-def in_repo(data_dir: Path, code: str) -> subprocess.CompletedProcess:
-    """`code` run in a fresh process with the optimizer repo's modules importable, as the meter runs them."""
-    env = {**os.environ, "OPTIMIZER_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO)}
+def load(task: str, name: str) -> str:
+    return REPOS[task][1].format(name=name)
+
+
+def in_repo(task: str, data_dir: Path, code: str) -> subprocess.CompletedProcess:
+    """`code` run in a fresh process with `task`'s repo modules importable, as the meter runs them."""
+    repo = PROJECT_ROOT / "repos_frozen" / task
+    env = {**os.environ, REPOS[task][0]: str(data_dir), "PYTHONPATH": str(repo)}
     env.pop("AI4AI_METER", None)
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_an_arrow_split_is_the_same_bytes_every_write_and_datasets_reads_it_back(tmp_path):
@@ -88,11 +99,11 @@ def test_a_malformed_arrow_split_is_refused(tmp_path, columns, why):
 # IndexError from both, for a 1-D integer index; an IndexError from the datasets folder for any other.
 FUZZ = r"""
 import json, torch, data
-raw, arrow = data.load_sequences("train_ci"), data.load_sequences("train_quick")
-assert isinstance(raw, torch.Tensor) and isinstance(arrow, data.ArrowSequences), (type(raw), type(arrow))
+raw, arrow = LOAD_RAW, LOAD_ARROW
+assert isinstance(raw, torch.Tensor) and isinstance(arrow, data.ArrowRows), (type(raw), type(arrow))
 n = len(raw)
 assert len(arrow) == n and arrow.shape == tuple(raw.shape) and len(arrow.chunks) >= 3  # record batches of 1000 rows
-g = torch.Generator().manual_seed(int(__import__("sys").argv[1]))
+g = torch.Generator().manual_seed(SEED)
 kinds = {"same": 0, "both_refused": 0, "other_refused": 0}
 for trial in range(400):
     dtype = [torch.int8, torch.int16, torch.int32, torch.int64][trial % 4]
@@ -126,30 +137,34 @@ print("RESULT " + json.dumps(kinds))
 """
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_the_repo_serves_the_same_rows_from_a_datasets_folder_as_from_the_raw_split(tmp_path, seed):
-    both_formats(tmp_path, tokens(2601, seed))
-    r = in_repo(tmp_path, FUZZ.replace('__import__("sys").argv[1]', str(seed)))
+@pytest.mark.parametrize("task", list(REPOS))
+def test_the_repo_serves_the_same_rows_from_a_datasets_folder_as_from_the_raw_split(tmp_path, task):
+    seed = list(REPOS).index(task)
+    both_formats(tmp_path, tokens(2601, seed, REPOS[task][2]))
+    code = FUZZ.replace("LOAD_RAW", load(task, "fuzz_raw")).replace("LOAD_ARROW", load(task, "fuzz_arrow"))
+    r = in_repo(task, tmp_path, code.replace("SEED", str(seed)))
     assert r.returncode == 0, r.stderr[-3000:]
     kinds = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[7:])
     assert kinds["same"] > 80 and kinds["both_refused"] > 150 and kinds["other_refused"] == 7, kinds
 
 
-METERED = r"""
-import torch, data
-s = data.TrainingSplit("quick")
-assert isinstance(s.sequences, data.ArrowSequences)
-print("LEN", len(s), "BUDGET", s.budget)
-x = s.get(torch.tensor([0, 3, -1]))
-print("SERVED", s.served, tuple(x.shape))
-"""
+METERED = {
+    "optimizer": "s = data.TrainingSplit('quick'); x = s.get(torch.tensor([0, 3, -1])); store = s.sequences",
+    "sft": "s = data.TrainingSplit('quick'); x = s.get(torch.tensor([0, 3, -1])); store = s.sequences",
+    "dpo": "s = data.PairSplit('quick'); x, _, _ = s.get(torch.tensor([0, 3, -1])); store = s.pairs",
+}
 
 
-def test_the_training_split_class_meters_a_datasets_folder_as_it_meters_a_tensor(tmp_path):
-    both_formats(tmp_path, tokens(64))
-    r = in_repo(tmp_path, METERED)
+@pytest.mark.parametrize("task", list(REPOS))
+def test_the_training_split_class_meters_a_datasets_folder_as_it_meters_a_tensor(tmp_path, task):
+    arr = tokens(64, 0, REPOS[task][2])
+    both_formats(tmp_path, arr)
+    code = f"import torch, data\n{METERED[task]}\n"
+    code += "assert isinstance(store, data.ArrowRows)\nprint('LEN', len(s), 'SERVED', s.served, tuple(x.shape), int(x[0, 0]))"
+    r = in_repo(task, tmp_path, code)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "LEN 64" in r.stdout and "SERVED 3 (3, 128)" in r.stdout
+    row = REPOS[task][2][-1]
+    assert f"LEN 64 SERVED 3 (3, {row}) {int(arr.reshape(64, -1)[0, 0])}" in r.stdout, r.stdout
 
 
 def _tamper(folder: Path, how: str) -> None:
@@ -169,36 +184,44 @@ def _tamper(folder: Path, how: str) -> None:
         shard.rename(split / ("x" + shard.name))
     elif how == "state":  # a state.json pointing at another file
         state = json.loads((split / "state.json").read_text())
-        state["_data_files"] = [{"filename": "../train_ci.u8"}]
+        state["_data_files"] = [{"filename": "../fuzz_raw.u8"}]
         (split / "state.json").write_text(json.dumps(state))
     else:
         raise AssertionError(how)
 
 
+@pytest.mark.parametrize("task", list(REPOS))
 @pytest.mark.parametrize("how", ["byte", "extra_file", "missing_file", "unlisted", "renamed", "state"])
-def test_a_datasets_folder_that_differs_from_its_listing_is_refused(tmp_path, how):
-    both_formats(tmp_path, tokens(64))
+def test_a_datasets_folder_that_differs_from_its_listing_is_refused(tmp_path, how, task):
+    both_formats(tmp_path, tokens(64, 0, REPOS[task][2]))
     _tamper(tmp_path, how)
-    r = in_repo(tmp_path, "import data; data.load_sequences('train_quick')")
+    r = in_repo(task, tmp_path, "import data; " + load(task, "train_quick"))
     assert r.returncode != 0 and "RuntimeError" in r.stderr and "SHA256SUMS" in r.stderr, r.stderr[-2000:]
 
 
-def test_prepare_writes_the_gpu_tiers_split_as_a_datasets_folder(tmp_path, monkeypatch):
-    """The optimizer grader's own prepare at `quick` (CPU sizes): a `datasets` folder in the cache,
-    named by data.writes' `train_{scale}/`, verified on reuse; ci and smoke keep their raw files."""
+@pytest.mark.parametrize("task_name", list(REPOS))
+def test_prepare_writes_the_gpu_tiers_split_as_a_datasets_folder(tmp_path, monkeypatch, task_name):
+    """The grader's own prepare at `quick` (CPU sizes): a `datasets` folder in the cache, named by
+    data.writes' `train_{scale}/`, verified on reuse, readable by `datasets`; the graded instance's
+    (where the task has one) holds other rows; ci keeps its raw file."""
+    import datasets
+
+    from ai4ai.core.hidden import load_grader
+
     monkeypatch.setenv("AI4AI_SHRINK", "1")
-    task = load_task("optimizer")
+    task = load_task(task_name)
     assert "train_{scale}/" in task.prepare_writes
     dest = preparing.materialize_cached(task, "quick", tmp_path)
     sums = read_sums(dest)
     assert preparing.written("train_quick/", sums) and not preparing.written("train_full/", sums)
-    assert any(k.startswith("train_quick/") and k.endswith(".arrow") for k in sums) and "val.u8" in sums
-    assert preparing.cache_state(task, "quick", tmp_path).state == "complete"
-    graded = read_sums(preparing.grading_mounts(task, "quick", tmp_path)[0][0].host)
+    assert "val.u8" in sums and not any(k.startswith("train_") and k.endswith(".u8") for k in sums)
     shards = sorted(k for k in sums if k.startswith("train_quick/") and k.endswith(".arrow"))
-    assert shards == sorted(k for k in graded if k.endswith(".arrow"))
-    assert all(graded[k] != sums[k] for k in shards)  # another instance of the source: other rows
-    from ai4ai.core.hidden import load_grader
-
-    committed = load_grader("optimizer", task.grader).materialize("ci", tmp_path / "ci")
-    assert set(committed) == {"train_ci.u8", "val.u8"}  # the CPU tiers' splits stay raw files
+    assert shards and preparing.cache_state(task, "quick", tmp_path).state == "complete"
+    rows = datasets.load_from_disk(str(dest / "train_quick"))
+    assert rows.features["tokens"].length == int(np.prod(REPOS[task_name][2])) and len(rows) > 0
+    if task.grading_data:
+        graded = read_sums(preparing.grading_mounts(task, "quick", tmp_path)[0][0].host)
+        assert shards == sorted(k for k in graded if k.endswith(".arrow"))
+        assert all(graded[k] != sums[k] for k in shards)  # another instance of the source: other rows
+    committed = load_grader(task_name, task.grader).materialize("ci", tmp_path / "ci")
+    assert "train_ci.u8" in committed and not any(k.startswith("train_ci/") for k in committed)

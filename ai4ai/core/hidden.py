@@ -53,6 +53,7 @@ from types import ModuleType
 import numpy as np
 
 from ai4ai import PROJECT_ROOT
+from ai4ai.core.task import GPU_SCALES
 
 REQUIRED = ("SPLITS", "split", "evaluate", "uninformative")
 PACKAGE = "ai4ai_hidden"  # every grader is loaded as PACKAGE.<task>
@@ -156,7 +157,16 @@ class ArrowSplit:
     GPU tiers' large splits are written so: the repo's data.py memory-maps it (`load_from_disk`) and
     reads only the rows it serves, and a researcher opens it with `datasets.load_from_disk`."""
 
-    columns: dict  # {name: np.ndarray [N, L]}, every array of the same N
+    columns: dict  # {name: np.ndarray [N, ...]}, every array of the same N; a row is stored flat
+
+
+def train_split(scale: str, rows: np.ndarray) -> dict:
+    """A grader's training split of `scale` as write_splits takes it: at the GPU tiers the `datasets`
+    folder `train_<scale>/` (column `tokens`, one row per example, read memory-mapped by the repo's
+    data.py), at ci and smoke the raw file `train_<scale>.u8` the repos commit."""
+    if scale in GPU_SCALES:
+        return {f"train_{scale}": ArrowSplit({"tokens": rows})}
+    return {f"train_{scale}.u8": rows}
 
 
 def _write_arrow(folder: Path, split: ArrowSplit) -> list[str]:
@@ -175,12 +185,13 @@ def _write_arrow(folder: Path, split: ArrowSplit) -> list[str]:
     table, features, h = {}, {}, hashlib.sha256()
     for name, arr in split.columns.items():
         arr = np.ascontiguousarray(arr)
-        if arr.ndim != 2:
-            raise ValueError(f"column {name}: an [N, L] array, not shape {arr.shape}")
+        if arr.ndim < 2 or arr.size == 0:
+            raise ValueError(f"column {name}: an [N, ...] array of at least one value, not shape {arr.shape}")
+        width = arr.size // len(arr)
         h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
         h.update(arr.tobytes())
-        table[name] = pa.FixedSizeListArray.from_arrays(pa.array(arr.reshape(-1)), arr.shape[1])
-        features[name] = datasets.List(datasets.Value(str(arr.dtype)), length=arr.shape[1])
+        table[name] = pa.FixedSizeListArray.from_arrays(pa.array(arr.reshape(-1)), width)
+        features[name] = datasets.List(datasets.Value(str(arr.dtype)), length=width)
     ds = datasets.Dataset(
         InMemoryTable(pa.table(table)),
         info=datasets.DatasetInfo(features=datasets.Features(features)),

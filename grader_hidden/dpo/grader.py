@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.core.hidden import shrunk, write_splits
+from ai4ai.core.hidden import shrunk, train_split, write_splits
 from ai4ai.repo.models import cache_kwarg, token_maps
 
 from . import tasks
@@ -187,7 +187,7 @@ def materialize(scale: str, dest: Path, with_sft: bool = False) -> dict:
     """Write the training pairs of `scale` and the validation split (and, for the repo, the
     prepare-only demonstrations) into dest; return their sha256s."""
     s = _secrets()
-    files = {f"train_{scale}.u8": pairs_array(TRAIN_PAIRS[scale], s[f"train_{scale}"]), "val.u8": validation_array()}
+    files = {**train_split(scale, pairs_array(TRAIN_PAIRS[scale], s[f"train_{scale}"])), "val.u8": validation_array()}
     if with_sft:
         files["sft.u8"] = demos_array(SFT_DEMOS, s["sft"], tasks.directions(s["tasks"]))
     return write_splits(dest, files)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.core.hidden import ArrowSplit, shrunk, write_splits
+from ai4ai.core.hidden import shrunk, train_split, write_splits
 
 from ..common import hmm, lm
 
@@ -88,14 +88,6 @@ def best_attainable(split: dict, cfg=None) -> float:
     return math.exp(float(hmm.conditional_nll(_source(split["instance"]), split["tokens"]).mean()))
 
 
-def _train_split(scale: str, tokens: np.ndarray) -> dict:
-    """The training split of `scale` as write_splits takes it: at the GPU tiers a `datasets` folder
-    `train_<scale>/` (memory-mapped by the repo's data.py), at ci and smoke the raw `train_<scale>.u8`."""
-    if scale in ("quick", "full"):
-        return {f"train_{scale}": ArrowSplit({"tokens": tokens})}
-    return {f"train_{scale}.u8": tokens}
-
-
 def materialize(scale: str, dest: Path) -> dict:
     """Write the training split of `scale` (and the validation split) of the visible source into
     dest; return sha256s."""
@@ -103,7 +95,7 @@ def materialize(scale: str, dest: Path) -> dict:
     return write_splits(
         dest,
         {
-            **_train_split(scale, hmm.sample(src, TRAIN_SEQUENCES[scale], s[f"train_{scale}"], SEQ_LEN)),
+            **train_split(scale, hmm.sample(src, TRAIN_SEQUENCES[scale], s[f"train_{scale}"], SEQ_LEN)),
             "val.u8": hmm.sample(src, VALIDATION_SEQUENCES, s["validation"], SEQ_LEN),
         },
     )
@@ -113,4 +105,4 @@ def grading_data(scale: str, dest: Path) -> dict:
     """The training split a graded run is served at `scale`: as many sequences as the committed one
     (materialize), from the same seed, of the graded instance; return sha256s."""
     tokens = hmm.sample(_source("graded"), TRAIN_SEQUENCES[scale], _secrets()[f"train_{scale}"], SEQ_LEN)
-    return write_splits(dest, _train_split(scale, tokens))
+    return write_splits(dest, train_split(scale, tokens))

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.core.hidden import shrunk, write_splits
+from ai4ai.core.hidden import shrunk, train_split, write_splits
 from ai4ai.repo.models import cache_kwarg, token_maps
 
 from . import problems as P
@@ -134,7 +134,7 @@ def materialize(scale: str, dest: Path) -> dict:
     return write_splits(
         dest,
         {
-            f"train_{scale}.u8": P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0],
+            **train_split(scale, P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0]),
             "val.u8": P.problems(table, SPLITS["validation"], s["validation"])[0],
             "pretrain.u8": P.warmup(table, PRETRAIN_ROWS, s["pretrain"]),
         },
@@ -149,7 +149,7 @@ def grading_data(scale: str, dest: Path) -> dict:
     return write_splits(
         dest,
         {
-            f"train_{scale}.u8": P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0],
+            **train_split(scale, P.problems(table, TRAIN_EXAMPLES[scale], s[f"train_{scale}"])[0]),
             "pretrain.u8": P.warmup(table, PRETRAIN_ROWS, s["pretrain"]),
         },
     )

@@ -41,12 +41,12 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-class ArrowSequences:
-    """A split saved as a Hugging Face `datasets` folder (`save_to_disk`; the GPU tiers' large
-    splits): memory-mapped, so only the rows served are read. Indexed like the tensor it stands for:
-    a [B] integer index -> int64 [B, SEQ_LEN]."""
+class ArrowRows:
+    """A split saved as a Hugging Face `datasets` folder (`save_to_disk`: the GPU tiers' large
+    splits, column `tokens`, each row stored flat), memory-mapped so that only the rows served are
+    read. Indexed like the tensor it stands for: a [B] int32/int64 index -> int64 [B, *row_shape]."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, row_shape: tuple):
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")   # a local folder: nothing to fetch
         import datasets
 
@@ -54,12 +54,13 @@ class ArrowSequences:
         column = rows.data.table.column("tokens")
         if len(column) != len(rows):
             raise RuntimeError(f"{folder}: a dataset with an index mapping is not a split this repo reads")
-        # each Arrow record batch (datasets writes 1,000 rows a batch) as a [rows, SEQ_LEN] uint8 view of
-        # the memory-mapped file, no copy: a get gathers its rows from these, row by row (~200x faster
-        # at full's size than a `take` on the chunked column, which concatenates its chunks first)
-        self.chunks = [c.flatten().to_numpy(zero_copy_only=True).reshape(-1, SEQ_LEN) for c in column.chunks]
+        self.width = int(np.prod(row_shape))
+        # each Arrow record batch (datasets writes 1,000 rows a batch) as a [rows, width] view of the
+        # memory-mapped file, no copy: a get gathers its rows from these, row by row (~200x faster at
+        # full's size than a `take` on the chunked column, which concatenates its chunks first)
+        self.chunks = [c.flatten().to_numpy(zero_copy_only=True).reshape(-1, self.width) for c in column.chunks]
         self.starts = np.cumsum([0] + [len(c) for c in self.chunks])
-        self.shape = (int(self.starts[-1]), SEQ_LEN)
+        self.shape = (int(self.starts[-1]), *row_shape)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -70,28 +71,26 @@ class ArrowSequences:
             raise IndexError(f"a split is indexed by a [B] integer tensor, not {idx.dtype} of shape {tuple(idx.shape)}")
         n, idx = len(self), idx.to(torch.int64)
         if len(idx) and bool(((idx < -n) | (idx >= n)).any()):
-            raise IndexError(f"an index is out of range for a split of {n} sequences")
-        if not len(idx):
-            return torch.empty((0, SEQ_LEN), dtype=torch.int64)
+            raise IndexError(f"an index is out of range for a split of {n} rows")
         flat = torch.where(idx < 0, idx + n, idx).numpy()
         which = np.searchsorted(self.starts, flat, side="right") - 1
-        rows = np.empty((len(flat), SEQ_LEN), dtype=np.int64)
+        rows = np.empty((len(flat), self.width), dtype=np.int64)
         for j, (k, at) in enumerate(zip(which.tolist(), (flat - self.starts[which]).tolist())):
             rows[j] = self.chunks[k][at]
-        return torch.from_numpy(rows)
+        return torch.from_numpy(rows).reshape(-1, *self.shape[1:])
 
 
-def _load_arrow(folder: Path) -> ArrowSequences:
-    """A `datasets` folder, after checking each of its files (and that it has no other) against the
-    SHA256SUMS beside it, which lists them as `<folder>/<file>`."""
-    listed = {k[len(folder.name) + 1:]: v for k, v in _listing(folder.parent).items() if k.startswith(folder.name + "/")}
+def _load_arrow(folder: Path, listing: dict, row_shape: tuple) -> ArrowRows:
+    """A `datasets` folder, after checking each of its files (and that it has no other) against
+    `listing`, the SHA256SUMS beside it, which names them `<folder>/<file>`."""
+    listed = {k[len(folder.name) + 1:]: v for k, v in listing.items() if k.startswith(folder.name + "/")}
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
     if not listed or present != set(listed):
         raise RuntimeError(f"{folder}: its files do not match the SHA256SUMS beside it")
     for rel, digest in listed.items():
         if _sha256(folder / rel) != digest:
             raise RuntimeError(f"{folder / rel}: checksum does not match the SHA256SUMS beside it")
-    return ArrowSequences(folder)
+    return ArrowRows(folder, row_shape)
 
 
 def load_sequences(name: str):
@@ -100,7 +99,7 @@ def load_sequences(name: str):
     large splits) memory-mapped, indexed the same way."""
     folder = data_dir() / name
     if folder.is_dir():
-        return _load_arrow(folder)
+        return _load_arrow(folder, _listing(folder.parent), (SEQ_LEN,))
     path = data_dir() / f"{name}.u8"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing (the grader's training run has no validation data)")
