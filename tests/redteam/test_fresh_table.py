@@ -162,7 +162,9 @@ def test_a_graded_copy_starts_from_the_base_prepare_made_of_the_graded_corpus(tm
     assert out["graded"] == out["again"] and "cached" in r.stdout  # made once, then reused
     assert list(out["sums"]) == ["artifacts/base_full.safetensors"]
     # what it was made from: the grader's graded corpus (and split), not the repo's committed one
-    assert set(out["data"]) == {"train_full.u8", "pretrain.u8"}
+    # (the training split a `datasets` folder at the GPU tiers, its files listed as train_full/<file>)
+    assert {k.split("/")[0] for k in out["data"]} == {"train_full", "pretrain.u8"}
+    assert any(k.startswith("train_full/") and k.endswith(".arrow") for k in out["data"])
     committed = dict(
         reversed(ln.split()) for ln in (PROJECT_ROOT / "repos_frozen/sft/data/SHA256SUMS").read_text().splitlines()
     )
