@@ -54,6 +54,14 @@ def in_repo(task: str, data_dir: Path, code: str) -> subprocess.CompletedProcess
     return subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
 
 
+def test_the_gpu_tiers_are_the_tasks_gpu_scales():
+    from ai4ai.core import hidden, task
+
+    assert hidden.GPU_TIERS == task.GPU_SCALES
+    assert set(hidden.train_split("full", tokens(2))) == {"train_full"}
+    assert set(hidden.train_split("smoke", tokens(2))) == {"train_smoke.u8"}
+
+
 def test_an_arrow_split_is_the_same_bytes_every_write_and_datasets_reads_it_back(tmp_path):
     import datasets
 

@@ -53,7 +53,6 @@ from types import ModuleType
 import numpy as np
 
 from ai4ai import PROJECT_ROOT
-from ai4ai.core.task import GPU_SCALES
 
 REQUIRED = ("SPLITS", "split", "evaluate", "uninformative")
 PACKAGE = "ai4ai_hidden"  # every grader is loaded as PACKAGE.<task>
@@ -160,11 +159,16 @@ class ArrowSplit:
     columns: dict  # {name: np.ndarray [N, ...]}, every array of the same N; a row is stored flat
 
 
+# the tiers whose training splits are datasets folders: task.GPU_SCALES, which this module, below
+# task in the layering, does not import (tests/test_arrow_splits.py checks that the two agree)
+GPU_TIERS = ("quick", "full")
+
+
 def train_split(scale: str, rows: np.ndarray) -> dict:
     """A grader's training split of `scale` as write_splits takes it: at the GPU tiers the `datasets`
     folder `train_<scale>/` (column `tokens`, one row per example, read memory-mapped by the repo's
     data.py), at ci and smoke the raw file `train_<scale>.u8` the repos commit."""
-    if scale in GPU_SCALES:
+    if scale in GPU_TIERS:
         return {f"train_{scale}": ArrowSplit({"tokens": rows})}
     return {f"train_{scale}.u8": rows}
 
