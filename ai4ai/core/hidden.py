@@ -135,7 +135,9 @@ def uses_common(grader_dir: Path) -> bool:
     return False
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """A file's sha256, read in blocks (a GPU tier's split can be GiBs): the one hash of a split or
+    cache file the harness computes (ai4ai.repo.preparing uses it too)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -222,7 +224,7 @@ def write_splits(dest: Path, files: dict) -> dict:
     for name, arr in files.items():
         if isinstance(arr, ArrowSplit):
             for rel in _write_arrow(dest / name, arr):
-                sums[f"{name}/{rel}"] = _sha256_file(dest / name / rel)
+                sums[f"{name}/{rel}"] = sha256_file(dest / name / rel)
             continue
         raw = _npy(arr) if name.endswith(".npy") else np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
         (dest / name).write_bytes(raw)

@@ -22,7 +22,6 @@ to CPU sizes for the test suite; the cache key carries it, so a shrunk split is 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -34,7 +33,7 @@ from pathlib import Path
 
 from ai4ai import PROJECT_ROOT
 from ai4ai.core.console import TrainingBar, say
-from ai4ai.core.hidden import SHRINK_ENV, load_grader
+from ai4ai.core.hidden import SHRINK_ENV, load_grader, sha256_file
 from ai4ai.core.layout import DATA, file_lock
 from ai4ai.core.provenance import UNVERSIONED, cpu_capability, python_executable, tree_sha256
 from ai4ai.core.task import GPU_SCALES, Task
@@ -114,14 +113,6 @@ def run_prepare_step(
     if rc != 0:
         tail = log.read_text().strip().splitlines()[-5:]
         raise RuntimeError(f"{what} exited with {rc} (log {log}):\n  " + "\n  ".join(tail))
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def verify(folder: Path, may_be_absent: tuple[str, ...] = ()) -> list[str]:
