@@ -7,7 +7,7 @@ machine, and what share of the device's peak arithmetic that step uses.
 README's "Full scale" table rests on estimates: a small GPT-2 at a small batch was assumed bound by
 per-step dispatch in eager PyTorch (~2 ms + 1 ms per layer), not by FLOPs. This measures that step
 with the real thing where it can be had without a full prepare: each repo's own `build_model(scale)`,
-its train.py's batch shape, bf16 autocast as the GPU tiers train (model.train_autocast), AdamW, random
+its train.py's batch shape, bf16 through accelerate's `Accelerator` as the GPU tiers' train.py, AdamW, random
 token ids. It leaves out the data path (the meter's replies) and the loss's own arithmetic beyond a
 mean of the outputs, so it is a lower bound on the shipped step; the estimate's step_ms is printed
 beside it. Tasks whose step is not one LM forward/backward (agentic_rl, diffusion_rl,
@@ -91,7 +91,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def measure(task: str, device: torch.device, steps: int, warmup: int, scale: str = "full") -> dict:
+def bf16_accelerator(device: torch.device):
+    """The Accelerator the GPU tiers' train.py makes (one per process: accelerate keeps its state)."""
+    from accelerate import Accelerator
+
+    return Accelerator(mixed_precision="bf16", cpu=device.type == "cpu")
+
+
+def measure(task: str, device: torch.device, steps: int, warmup: int, scale: str = "full", accelerator=None) -> dict:
+    """`accelerator`: the process's one accelerate.Accelerator (bf16), made by main; each call frees
+    what the previous prepared."""
+    if accelerator is None:
+        accelerator = bf16_accelerator(device)
     config, model_mod = _load_repo(task)
     rows, seq_name, ref_rows = SHAPES[task]
     seq = int(getattr(config, seq_name))
@@ -100,9 +111,10 @@ def measure(task: str, device: torch.device, steps: int, warmup: int, scale: str
     model = model_mod.build_model(scale).to(device).train()
     ref = model_mod.build_model(scale).to(device).eval() if ref_rows else None
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    accelerator.free_memory()  # the previous task's model and optimizer
+    model, opt = accelerator.prepare(model, opt)  # as train.py: bf16 forward, fp32 outputs
     x = torch.randint(0, vocab, (rows, seq), device=device)
     xr = torch.randint(0, vocab, (ref_rows, seq), device=device) if ref_rows else None
-    autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
     def output(m, ids):
         out = m(ids) if task == "reward_model" else m(input_ids=ids)  # RewardModel.forward(tokens)
@@ -110,12 +122,12 @@ def measure(task: str, device: torch.device, steps: int, warmup: int, scale: str
         return out if torch.is_tensor(out) else out[0]
 
     def step():
-        with autocast:
+        with accelerator.autocast():
             if ref is not None:
                 with torch.no_grad():
                     output(ref, xr)
             loss = output(model, x).float().mean()
-        loss.backward()
+        accelerator.backward(loss)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -177,9 +189,10 @@ def main() -> int:
         f"{'estimate ms':>13}{'TFLOP/s':>10}{'share':>8}"
     )
     rows = []
+    accelerator = bf16_accelerator(device)
     for task in a.tasks.split(","):
         for scale in scales:
-            r = measure(task, device, a.steps, a.warmup, scale)
+            r = measure(task, device, a.steps, a.warmup, scale, accelerator)
             r["gpu_share"] = None if peak is None else r["model_tflops_per_s"] / peak
             rows.append(r)
             batch = f"{r['rows']}x{r['seq_len']}" + (f"+{r['ref_rows']}" if r["ref_rows"] else "")

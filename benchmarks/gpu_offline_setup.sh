@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu_offline_setup.sh install  [DIR]   # there, as root, before gpu_first_run.sh
 #
 # DIR (default .device/, which .gitignore leaves out) holds the wheels of
-# the project's pure-Python dependencies that such images lack (Hydra and its launcher) and the
+# the project's pure-Python dependencies that such images lack (Hydra and its launcher, accelerate
+# and peft, which the LM repos' train.py import) and the
 # bubblewrap package with the libraries it links. `install` puts the wheels into the interpreter
 # that runs (python3, or $PYTHON), installs this checkout editable without its dependencies, and
 # copies the bwrap binary to /usr/local/bin; libraries it lacks on that system come from DIR.
@@ -15,7 +16,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DIR="$(realpath -m "${2:-$ROOT/.device}")"
 PY="${PYTHON:-python3}"
 WHEELS=(hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 hydra-submitit-launcher==1.2.0
-        submitit==1.5.4)
+        submitit==1.5.4 accelerate==1.16.0 peft==0.21.2)
 DEBS=(bubblewrap libcap2 libselinux1 libpcre2-8-0)
 
 case "$MODE" in

@@ -60,13 +60,13 @@ def test_compile_autocast_and_logging_are_engineering(optimizer_task):
         repo,
         "train.py",
         (
-            "model = build_model(args.scale).to(device)",
-            "model = torch.compile(build_model(args.scale).to(device))\ntorch.set_float32_matmul_precision('high')",
+            "model = build_model(args.scale)\n",
+            "model = torch.compile(build_model(args.scale))\ntorch.set_float32_matmul_precision('high')\n",
         ),
-        # the shipped autocast (bf16 at full only) made unconditional
+        # the shipped autocast (bf16 at the GPU tiers only) made unconditional
         (
-            "    with train_autocast(args.scale, device):",
-            "    with torch.autocast(device_type=device.type, dtype=torch.bfloat16):",
+            "        with accelerator.autocast():",
+            "        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):",
         ),
         (
             'print(f"step {done}/{total_steps} loss {loss.item():.4f} "',
@@ -117,8 +117,8 @@ def test_fused_kernel_for_the_same_op_is_engineering(optimizer_task):
             "train.py",
             [
                 (
-                    "    loss.backward()\n",
-                    "    loss.backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+                    "        accelerator.backward(loss)\n",
+                    "        accelerator.backward(loss)\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
                 )
             ],
             "clip",

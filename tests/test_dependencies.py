@@ -12,6 +12,7 @@ USES = {
     "torch": r"^\s*(import|from) torch\b",
     "transformers": r"^\s*from transformers\b",
     "peft": r"^\s*from peft import\b",
+    "accelerate": r"^\s*from accelerate import\b",
     "datasets": r"^\s*import datasets\b",
     "pyarrow": r"^\s*import pyarrow\b",
     "triton": r"^\s*(import|from) triton\b",

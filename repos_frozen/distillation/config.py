@@ -42,7 +42,7 @@ class Scale:
     teacher_steps: int          # prepare.py's optimizer steps on the ground-truth set
     budget_prompts: int         # training prompts data.TrainingSplit serves in one run (repeats count)
     budget_teacher_tokens: int  # token positions teacher.Teacher processes in one run
-    bf16: bool = False          # bf16 autocast in training's forward and loss (model.train_autocast); on at
+    bf16: bool = False          # bf16 autocast in training's forward and loss (train.py's Accelerator); on at
                                 # quick and full: ci and smoke compute in fp32 exactly as without it
 
 

@@ -15,11 +15,12 @@ import time
 
 import torch
 import torch.nn.functional as F
+from accelerate import Accelerator
 
 from checkpoint import save_checkpoint
-from config import VOCAB
+from config import VOCAB, get_scale
 from data import TrainingSplit, join
-from model import build_model, load_base, train_autocast
+from model import build_model, load_base
 from teacher import Teacher
 
 # Swept at smoke (validation exact match, best of the last three checkpoints): peak LR with weight
@@ -38,6 +39,7 @@ BATCH_SIZE = 64      # sequences per optimizer step
 LR = 2.4e-2          # peak learning rate (AdamW), linear warmup then cosine decay
 WARMUP = 100         # warmup steps
 WEIGHT_DECAY = 0.1
+GRAD_ACCUM = 1       # batches whose gradients make one optimizer step (accelerate); the loop counts batches
 N_SAVES = 8          # checkpoints over the run (the last three are kept)
 
 # ----------------------------------------------------------------------------- setup
@@ -50,7 +52,11 @@ p.add_argument("--device", default="cpu")
 args = p.parse_args()
 
 torch.manual_seed(args.seed)
-device = torch.device(args.device)
+# device placement, precision (bf16 autocast at quick and full, config.Scale.bf16; fp32 at ci and smoke)
+# and gradient accumulation
+accelerator = Accelerator(mixed_precision="bf16" if get_scale(args.scale).bf16 else "no",
+                          gradient_accumulation_steps=GRAD_ACCUM, cpu=args.device == "cpu")
+device = accelerator.device
 t0 = time.time()
 split = TrainingSplit(args.scale)
 teacher = Teacher(args.scale, args.device)
@@ -63,8 +69,9 @@ print(f"distilled {len(tokens)} prompts with {teacher.used:,} teacher tokens "
       f"({time.time() - t0:.1f}s)", flush=True)
 
 # ----------------------------------------------------------------------------- student
-model = load_base(build_model(args.scale)).to(device)     # your own model: its pretrained weights (README)
+model = load_base(build_model(args.scale))                # your own model: its pretrained weights (README)
 optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.98), weight_decay=WEIGHT_DECAY)
+model, optimizer = accelerator.prepare(model, optimizer)
 steps_per_epoch = len(tokens) // BATCH_SIZE
 total_steps = EPOCHS * steps_per_epoch
 save_every = max(1, total_steps // N_SAVES)
@@ -83,13 +90,15 @@ for epoch in range(EPOCHS):
         lr = LR * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / total_steps))
         for group in optimizer.param_groups:
             group["lr"] = lr
-        with train_autocast(args.scale, device):                       # bf16 at full (config.Scale.bf16)
-            logits = model(input_ids=x).logits.float()                 # the loss in fp32
-            loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=-100)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        with accelerator.accumulate(model):
+            with accelerator.autocast():
+                logits = model(input_ids=x).logits.float()             # the loss in fp32
+                loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=-100)
+            accelerator.backward(loss)
+            if accelerator.sync_gradients:
+                accelerator.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
         step += 1
         if step % save_every == 0 or step == total_steps:
             save_checkpoint(model, args.out, step, metadata={"prompts_served": split.served,

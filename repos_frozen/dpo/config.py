@@ -54,7 +54,7 @@ class Scale:
     n_embd: int
     n_head: int
     budget_pairs: int       # preference pairs the training split serves in one run (the data budget)
-    bf16: bool = False      # bf16 autocast in training's forward and loss (model.train_autocast); on at
+    bf16: bool = False      # bf16 autocast in training's forward and loss (train.py's Accelerator); on at
                             # quick and full: ci and smoke compute in fp32 exactly as without it
 
 

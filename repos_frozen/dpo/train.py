@@ -17,11 +17,12 @@ import time
 
 import torch
 import torch.nn.functional as F
+from accelerate import Accelerator
 
 from checkpoint import load_policy, save_checkpoint
-from config import ADAPTER
+from config import ADAPTER, get_scale
 from data import PairSplit
-from model import answer_mask, token_logps, train_autocast
+from model import answer_mask, token_logps
 
 BETA = 0.1           # DPO temperature, the paper's default
 LR = 3e-6            # best of {1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3} at smoke (validation rate
@@ -29,6 +30,7 @@ LR = 3e-6            # best of {1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3} at smo
                      # AdamW, constant after warmup
 WARMUP = 20          # linear warmup steps
 BATCH_SIZE = 64      # pairs per optimizer step
+GRAD_ACCUM = 1       # batches whose gradients make one optimizer step (accelerate); the loop counts batches
 N_SAVES = 8          # checkpoints over the run (the last three are kept)
 LORA_RANK = 16       # with config.ADAPTER "lora" (your own model, task.adapter=lora): the adapter's rank,
 LORA_ALPHA = 32      # its scale, on every linear layer but the output head (peft's "all-linear")
@@ -70,7 +72,11 @@ def main():
     args = p.parse_args()
 
     torch.manual_seed(args.seed)
-    device = torch.device(args.device)
+    # device placement, precision (bf16 autocast at quick and full, config.Scale.bf16; fp32 at ci and
+    # smoke) and gradient accumulation
+    accelerator = Accelerator(mixed_precision="bf16" if get_scale(args.scale).bf16 else "no",
+                              gradient_accumulation_steps=GRAD_ACCUM, cpu=args.device == "cpu")
+    device = accelerator.device
     split = PairSplit(args.scale)
     policy = load_policy(args.scale).to(device).train()
     if ADAPTER == "lora":   # the prepared policy frozen under the adapter is the reference: no second copy
@@ -81,6 +87,7 @@ def main():
     else:
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=LR, betas=(0.9, 0.95), weight_decay=0.0)
+    policy, optimizer = accelerator.prepare(policy, optimizer)
     total_steps = split.budget // BATCH_SIZE
     save_every = max(1, total_steps // N_SAVES)
     order = torch.Generator().manual_seed(args.seed)
@@ -97,11 +104,12 @@ def main():
         chosen, rejected = trim(chosen, rejected)
         for group in optimizer.param_groups:
             group["lr"] = LR * min(1.0, (step + 1) / WARMUP)
-        with train_autocast(args.scale, device):                       # bf16 at full (config.Scale.bf16)
-            loss, margin = dpo_loss(policy, reference, chosen.to(device), rejected.to(device), plen.to(device))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        with accelerator.accumulate(policy):
+            with accelerator.autocast():                               # the reference too
+                loss, margin = dpo_loss(policy, reference, chosen.to(device), rejected.to(device), plen.to(device))
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
         done = step + 1
         if done % save_every == 0 or done == total_steps:
             save_checkpoint(policy, args.out, done, metadata={"pairs_seen": split.served})

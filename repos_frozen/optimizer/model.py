@@ -21,13 +21,3 @@ def next_token_nll(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor
     logits = model(input_ids=tokens).logits[:, :-1].float()          # [B, T-1, V]
     logp = torch.log_softmax(logits, dim=-1)
     return -logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)          # [B, T-1]
-
-
-def train_autocast(scale: str, device) -> torch.autocast:
-    """The precision of training's forward and loss at `scale` (config.Scale.bf16): bf16 autocast at
-    `quick` and `full`, as a research repo trains on a GPU (on any device type, so that the shrunk GPU-tier tests run
-    this path on a CPU); a disabled context at ci and smoke, where training is fp32 exactly as without
-    it. Parameters, gradients, optimizer state and checkpoints stay fp32 (the grader loads fp32 only);
-    evaluation never enters it and runs in fp32 with TF32 off."""
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16,
-                          enabled=get_scale(scale).bf16)

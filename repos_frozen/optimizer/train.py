@@ -10,13 +10,16 @@ import argparse
 import time
 
 import torch
+from accelerate import Accelerator
 
 from checkpoint import save_checkpoint
+from config import get_scale
 from data import TrainingSplit
-from model import build_model, train_autocast
+from model import build_model
 from optim import build_optimizer, lr_at
 
 BATCH_SIZE = 32      # sequences per optimizer step
+GRAD_ACCUM = 1       # batches whose gradients make one optimizer step (accelerate); the loop counts batches
 N_SAVES = 8          # checkpoints over the run (the last three are kept)
 
 # ----------------------------------------------------------------------------- setup
@@ -29,10 +32,15 @@ p.add_argument("--device", default="cpu")
 args = p.parse_args()
 
 torch.manual_seed(args.seed)
-device = torch.device(args.device)
+# device placement, precision (bf16 autocast at quick and full, config.Scale.bf16; fp32 at ci and smoke)
+# and gradient accumulation
+accelerator = Accelerator(mixed_precision="bf16" if get_scale(args.scale).bf16 else "no",
+                          gradient_accumulation_steps=GRAD_ACCUM, cpu=args.device == "cpu")
+device = accelerator.device
 split = TrainingSplit(args.scale)
-model = build_model(args.scale).to(device)
+model = build_model(args.scale)
 optimizer = build_optimizer(model)
+model, optimizer = accelerator.prepare(model, optimizer)
 total_steps = split.budget // BATCH_SIZE
 save_every = max(1, total_steps // N_SAVES)
 order = torch.Generator().manual_seed(args.seed)
@@ -49,11 +57,12 @@ for step in range(total_steps):
     batch = split.get(idx).to(device)                                  # [B, T]
     for group in optimizer.param_groups:
         group["lr"] = lr_at(step, total_steps)
-    with train_autocast(args.scale, device):                           # bf16 at full (config.Scale.bf16)
-        loss = model(input_ids=batch, labels=batch).loss               # mean next-token NLL
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    with accelerator.accumulate(model):
+        with accelerator.autocast():
+            loss = model(input_ids=batch, labels=batch).loss           # mean next-token NLL
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
     done = step + 1
     if done % save_every == 0 or done == total_steps:
         save_checkpoint(model, args.out, done, metadata={"tokens_seen": split.served * batch.shape[1]})

@@ -29,7 +29,7 @@ class Scale:
     budget_pairs: int       # preference pairs the training split serves in one run (the data budget)
     pretrain_steps: int     # prepare.py: LM steps on the unlabelled responses (the base model)
     pretrain_batch: int
-    bf16: bool = False      # bf16 autocast in training's forward and loss (model.train_autocast); on at
+    bf16: bool = False      # bf16 autocast in training's forward and loss (train.py's Accelerator); on at
                             # quick and full: ci and smoke compute in fp32 exactly as without it
 
 

@@ -15,15 +15,18 @@ import time
 
 import torch
 import torch.nn.functional as F
+from accelerate import Accelerator
 
 from checkpoint import save_checkpoint
+from config import get_scale
 from data import PreferencePairs
-from model import build_model, load_base, train_autocast
+from model import build_model, load_base
 
 BATCH_SIZE = 32      # pairs per optimizer step
 LR = 3e-4            # smoke, seed 0, validation (best of the last 3): 1e-4 0.843, 3e-4 0.846, 1e-3 0.846
 BETAS = (0.9, 0.999)
 WEIGHT_DECAY = 0.01
+GRAD_ACCUM = 1       # batches whose gradients make one optimizer step (accelerate); the loop counts batches
 N_SAVES = 8          # checkpoints over the run (the last three are kept)
 
 
@@ -43,10 +46,15 @@ p.add_argument("--device", default="cpu")
 args = p.parse_args()
 
 torch.manual_seed(args.seed)                        # the head's init and the pair order
-device = torch.device(args.device)
+# device placement, precision (bf16 autocast at quick and full, config.Scale.bf16; fp32 at ci and smoke)
+# and gradient accumulation
+accelerator = Accelerator(mixed_precision="bf16" if get_scale(args.scale).bf16 else "no",
+                          gradient_accumulation_steps=GRAD_ACCUM, cpu=args.device == "cpu")
+device = accelerator.device
 pairs = PreferencePairs(args.scale)
-model = load_base(build_model(args.scale), args.scale).to(device)
+model = load_base(build_model(args.scale), args.scale)
 optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
+model, optimizer = accelerator.prepare(model, optimizer)
 total_steps = pairs.budget // BATCH_SIZE
 save_every = max(1, total_steps // N_SAVES)
 order = torch.Generator().manual_seed(args.seed)
@@ -63,12 +71,13 @@ for step in range(total_steps):
     if step > 0 and start < BATCH_SIZE:             # a new pass: a new order
         perm = torch.randperm(len(pairs), generator=order)
     a, b, label, _rater = (t.to(device) for t in pairs.get(perm[start:start + BATCH_SIZE]))
-    with train_autocast(args.scale, device):        # bf16 at full (config.Scale.bf16)
-        r = model(torch.cat([a, b]))                # one forward for both sides; fp32 rewards
-        loss = preference_loss(r[:len(a)], r[len(a):], label)
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    with accelerator.accumulate(model):
+        with accelerator.autocast():
+            r = model(torch.cat([a, b]))            # one forward for both sides; fp32 rewards
+            loss = preference_loss(r[:len(a)], r[len(a):], label)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
     done = step + 1
     if done % save_every == 0 or done == total_steps:
         save_checkpoint(model, args.out, done, metadata={"pairs_seen": pairs.served})

@@ -69,7 +69,7 @@ class Scale:
     n_head: int
     budget_examples: int    # worked solutions the training split serves in one run (the data budget)
     pretrain_steps: int     # prepare.py: steps of the base model's pretraining (batches of 32)
-    bf16: bool = False      # bf16 autocast in training's forward and loss (model.train_autocast); on at
+    bf16: bool = False      # bf16 autocast in training's forward and loss (train.py's Accelerator); on at
                             # quick and full: ci and smoke compute in fp32 exactly as without it
 
 

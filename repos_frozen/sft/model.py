@@ -56,13 +56,3 @@ def load_base(model: torch.nn.Module, scale: str) -> torch.nn.Module:
         raise RuntimeError(f"{path}: parameter names differ from the model's ({sorted(set(weights) ^ names)[:5]})")
     model.load_state_dict(weights, strict=False)
     return model
-
-
-def train_autocast(scale: str, device) -> torch.autocast:
-    """The precision of training's forward and loss at `scale` (config.Scale.bf16): bf16 autocast at
-    `quick` and `full`, as a research repo trains on a GPU (on any device type, so that the shrunk GPU-tier tests run
-    this path on a CPU); a disabled context at ci and smoke, where training is fp32 exactly as without
-    it. Parameters, gradients, optimizer state and checkpoints stay fp32 (the grader loads fp32 only);
-    evaluation never enters it and runs in fp32 with TF32 off."""
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16,
-                          enabled=get_scale(scale).bf16)

@@ -83,7 +83,7 @@ def test_the_same_function_called_from_the_loop_is_algorithm(task):
             "optim.py": [LR_CHANGE, ("    return LR\n", "    return LR\n" + SCALE_GRADS)],
             "train.py": [
                 ("from optim import build_optimizer, lr_at", "from optim import build_optimizer, lr_at, tidy"),
-                ("    loss.backward()\n", "    loss.backward()\n    tidy(model)\n"),
+                ("        accelerator.backward(loss)\n", "        accelerator.backward(loss)\n        tidy(model)\n"),
             ],
         },
     )
@@ -104,7 +104,7 @@ def test_an_existing_dead_function_that_becomes_called_counts(tmp_path, task):
         {
             "train.py": [
                 ("import torch\n", "import torch\n\nfrom algorithm.tools import tidy\n"),
-                ("    loss.backward()\n", "    loss.backward()\n    tidy(model)\n"),
+                ("        accelerator.backward(loss)\n", "        accelerator.backward(loss)\n        tidy(model)\n"),
             ]
         },
     )
@@ -132,7 +132,7 @@ def test_a_module_imported_and_used_counts(task):
                     "from optim import build_optimizer, lr_at",
                     "from optim import build_optimizer, lr_at\nfrom algorithm.foo import sign_descent",
                 ),
-                ("    optimizer.step()\n", "    sign_descent(model, 1e-3)\n"),
+                ("        optimizer.step()\n", "        sign_descent(model, 1e-3)\n"),
             ],
         },
     )
@@ -148,7 +148,7 @@ def test_a_module_imported_through_the_package_counts(task):
             "algorithm/foo.py": FOO,
             "train.py": [
                 ("import torch\n", "import torch\n\nimport algorithm.foo as f\n"),
-                ("    optimizer.step()\n", "    f.sign_descent(model, 1e-3)\n"),
+                ("        optimizer.step()\n", "        f.sign_descent(model, 1e-3)\n"),
             ],
         },
     )
@@ -174,7 +174,10 @@ def test_code_reached_indirectly_counts(task, how):
         )
         edits["train.py"] = [
             ("from optim import build_optimizer, lr_at", "from optim import HOOKS, build_optimizer, lr_at"),
-            ("    loss.backward()\n", "    loss.backward()\n    for h in HOOKS:\n        h(model)\n"),
+            (
+                "        accelerator.backward(loss)\n",
+                "        accelerator.backward(loss)\n        for h in HOOKS:\n            h(model)\n",
+            ),
         ]
     elif how == "hook":
         # passed as a value to a hook the model calls: no statement that names it says "grad"
@@ -182,21 +185,27 @@ def test_code_reached_indirectly_counts(task, how):
         edits["train.py"] = [
             ("from optim import build_optimizer, lr_at", "from optim import build_optimizer, lr_at, tidy"),
             (
-                "model = build_model(args.scale).to(device)\n",
-                "model = build_model(args.scale).to(device)\nmodel.register_forward_pre_hook(lambda m, a: tidy(m))\n",
+                "model = build_model(args.scale)\n",
+                "model = build_model(args.scale)\nmodel.register_forward_pre_hook(lambda m, a: tidy(m))\n",
             ),
         ]
     elif how == "getattr":
         edits["optim.py"].append(("    return LR\n", "    return LR\n" + new_fn))
         edits["train.py"] = [
             ("import torch\n", "import torch\n\nimport optim\n"),
-            ("    loss.backward()\n", "    loss.backward()\n    getattr(optim, 'scale_' + 'grads')(model)\n"),
+            (
+                "        accelerator.backward(loss)\n",
+                "        accelerator.backward(loss)\n        getattr(optim, 'scale_' + 'grads')(model)\n",
+            ),
         ]
     elif how == "importlib":
         edits["algorithm/foo.py"] = FOO
         edits["train.py"] = [
             ("import torch\n", "import importlib\n\nimport torch\n"),
-            ("    optimizer.step()\n", "    importlib.import_module('algorithm.foo').sign_descent(model, 1e-3)\n"),
+            (
+                "        optimizer.step()\n",
+                "        importlib.import_module('algorithm.foo').sign_descent(model, 1e-3)\n",
+            ),
         ]
     elif how == "method":
         # a new method on a class the loop builds runs through the object, not through a name
@@ -252,7 +261,7 @@ def test_routes_the_trees_cannot_follow_count_as_reachable(task, call):
         "optim.py": [LR_CHANGE],
         "train.py": [
             ("import torch\n", "import subprocess\nimport sys\n\nimport torch\n"),
-            ("    loss.backward()\n", f"    loss.backward()\n    {call}\n"),
+            ("        accelerator.backward(loss)\n", f"        accelerator.backward(loss)\n        {call}\n"),
         ],
     }
     if call.startswith(("globals", "exec", "sys._getframe")) or "__main__" in call:  # tidy in train.py

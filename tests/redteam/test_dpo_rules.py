@@ -78,7 +78,7 @@ def sft_loss(policy, rows, prompt_lens):
 
 _DRAW = """        idx = perm[(step * BATCH_SIZE) % len(split):][:BATCH_SIZE]
         chosen, rejected, plen = split.get(idx)"""
-_LOSS = """            loss, margin = dpo_loss(policy, reference, chosen.to(device), rejected.to(device), plen.to(device))"""
+_LOSS = """                loss, margin = dpo_loss(policy, reference, chosen.to(device), rejected.to(device), plen.to(device))"""
 _STEPS = "total_steps = split.budget // BATCH_SIZE"
 
 
@@ -93,8 +93,8 @@ def train_py(shipped: str, data: str, passes: int, lr: str = "1e-3", batch: int 
         (_STEPS, f"total_steps = {passes} * split.budget // BATCH_SIZE\n    kept = {{}}"),
         (
             _LOSS,
-            "            loss = sft_loss(policy, chosen.to(device), plen.to(device))\n"
-            "            margin = loss.detach().reshape(1)",
+            "                loss = sft_loss(policy, chosen.to(device), plen.to(device))\n"
+            "                margin = loss.detach().reshape(1)",
         ),
     ]
     if data == "rules":

@@ -114,9 +114,9 @@ EDITS = (  # (shipped text, the probe's)
         "    batch, law = pool[rows].to(device), laws[rows].to(device)\n",
     ),
     (
-        "        loss = model(input_ids=batch, labels=batch).loss               # mean next-token NLL\n",
-        "        logits = model(input_ids=batch).logits[:, :-1]\n"
-        "        loss = -(law * torch.log_softmax(logits, -1)).sum(-1).mean()\n",
+        "            loss = model(input_ids=batch, labels=batch).loss           # mean next-token NLL\n",
+        "            logits = model(input_ids=batch).logits[:, :-1]\n"
+        "            loss = -(law * torch.log_softmax(logits, -1)).sum(-1).mean()\n",
     ),
 )
 
