@@ -202,7 +202,7 @@ def _kimport(*names):
                 _kimport("fused_linear_cross_entropy"),
                 (
                     OPT_LOSS,
-                    "h = model.transformer(batch)[0]\n        loss = fused_linear_cross_entropy("
+                    "h = model.transformer(batch)[0]\n            loss = fused_linear_cross_entropy("
                     "h[:, :-1], model.lm_head.weight, batch[:, 1:].reshape(-1))",
                 ),
             ],
@@ -248,9 +248,9 @@ def _kimport(*names):
             [
                 _kimport("fused_linear_cross_entropy"),
                 (
-                    "            logits = model(input_ids=x).logits.float()                 # the loss in fp32\n"
-                    "            loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=-100)",
-                    "            loss = fused_linear_cross_entropy(model.transformer(x).last_hidden_state, "
+                    "                logits = model(input_ids=x).logits.float()             # the loss in fp32\n"
+                    "                loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=-100)",
+                    "                loss = fused_linear_cross_entropy(model.transformer(x).last_hidden_state, "
                     "model.lm_head.weight, y)",
                 ),
             ],
