@@ -1,7 +1,7 @@
 """The GPU tiers' large training splits as Hugging Face `datasets` folders (issue: the stack research
 repos use). Invariants: a split written by `write_splits` as an `ArrowSplit` is the same bytes on
 every write (state.json's fingerprint is the content's, not a random one), every file of it is in
-the checksums, `datasets.load_from_disk` reads back the rows written; the optimizer repo's data.py
+the checksums, `datasets.load_from_disk` reads back the rows written; each such repo's data.py
 serves from it exactly what it serves from the raw tensor for every index the tensor accepts as a
 [B] integer index, refuses every other index, and refuses a folder whose files differ in any byte,
 name or number from the listing beside it. Checked with the real `datasets` and pyarrow."""
@@ -28,6 +28,8 @@ REPOS = {
     "optimizer": ("OPTIMIZER_DATA_DIR", "data.load_sequences({name!r})", (128,)),
     "sft": ("SFT_DATA_DIR", "data.load_sequences({name!r})", (64,)),
     "dpo": ("DPO_DATA_DIR", "data.load_rows({name!r}, (2, 32))", (2, 32)),
+    "reward_model": ("REWARD_MODEL_DATA_DIR", "data.load_pair_rows({name!r})", (50,)),  # a, b, label, rater
+    "distillation": ("DISTILLATION_DATA_DIR", "data.load_prompts({name!r})", (12,)),  # prompts only
 }
 
 
@@ -161,6 +163,9 @@ METERED = {
     "optimizer": "s = data.TrainingSplit('quick'); x = s.get(torch.tensor([0, 3, -1])); store = s.sequences",
     "sft": "s = data.TrainingSplit('quick'); x = s.get(torch.tensor([0, 3, -1])); store = s.sequences",
     "dpo": "s = data.PairSplit('quick'); x, _, _ = s.get(torch.tensor([0, 3, -1])); store = s.pairs",
+    "reward_model": "s = data.PreferencePairs('quick'); a, b, label, rater = s.get(torch.tensor([0, 3, -1]))\n"
+    "x = torch.cat([a, b, label[:, None].long(), rater[:, None]], 1); store = s.pairs",
+    "distillation": "s = data.TrainingSplit('quick'); x = s.get(torch.tensor([0, 3, -1])); store = s.prompts",
 }
 
 

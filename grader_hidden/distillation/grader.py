@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.core.hidden import shrunk, write_splits
+from ai4ai.core.hidden import shrunk, train_split, write_splits
 from ai4ai.repo.models import cache_kwarg
 
 from . import programs as P
@@ -123,7 +123,7 @@ def best_attainable(split, cfg=None) -> float:
 def _files(scale: str, inst: P.Instance) -> dict:
     s = _secrets()
     return {
-        f"train_{scale}.u8": P.sample(TRAIN_PROMPTS[scale], s[f"train_{scale}"], inst)[0],
+        **train_split(scale, P.sample(TRAIN_PROMPTS[scale], s[f"train_{scale}"], inst)[0]),
         "val.u8": np.concatenate(P.sample(SPLITS["validation"], s["validation"], inst), axis=1),
         "teacher_train.u8": np.concatenate(P.sample(TEACHER_TRAIN, s["teacher_train"], inst), axis=1),
     }

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import yaml
 
-from ai4ai.core.hidden import shrunk, write_splits
+from ai4ai.core.hidden import shrunk, train_split, write_splits
 
 from . import rule
 
@@ -140,7 +140,7 @@ def materialize(scale: str, dest: Path) -> dict:
     return write_splits(
         dest,
         {
-            f"train_{scale}.u8": rule.pairs(TRAIN_PAIRS[scale], s[f"train_{scale}"], raters=True),
+            **train_split(scale, rule.pairs(TRAIN_PAIRS[scale], s[f"train_{scale}"], raters=True)),
             "val.u8": validation_rows(),
             "unlabelled.u8": rule.unlabelled(UNLABELLED, s["unlabelled"]),
         },
@@ -153,8 +153,8 @@ def grading_data(scale: str, dest: Path) -> dict:
     return write_splits(
         dest,
         {
-            f"train_{scale}.u8": rule.pairs(
-                TRAIN_PAIRS[scale], _secrets()[f"train_{scale}"], raters=True, rule=graded_rule()
+            **train_split(
+                scale, rule.pairs(TRAIN_PAIRS[scale], _secrets()[f"train_{scale}"], raters=True, rule=graded_rule())
             )
         },
     )
