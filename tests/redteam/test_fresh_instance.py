@@ -93,7 +93,10 @@ def test_graded_runs_are_served_the_graded_instance_and_proxy_runs_the_visible_o
     for k, rate in enumerate(graded.flip):  # each rater of the graded instance, at its own rate
         assert abs(wrong[rows[:, -1] == k].mean() - rate) < 0.15, (k, rate)
     # the repo's own data.py, pointed at the folder as the meter is, reads it against its listing
-    code = "import data; p = data.PreferencePairs('ci'); print(int(p.label.sum().item()), int(p.rater.sum().item()))"
+    code = (
+        "import data; p = data.PreferencePairs('ci'); _, _, label, rater = data.split_pairs(p.pairs); "
+        "print(int(label.sum().item()), int(rater.sum().item()))"
+    )
     out = subprocess.run(
         [python_executable(), "-c", code],
         cwd=task.repo,
