@@ -98,11 +98,9 @@ def bf16_accelerator(device: torch.device):
     return Accelerator(mixed_precision="bf16", cpu=device.type == "cpu")
 
 
-def measure(task: str, device: torch.device, steps: int, warmup: int, scale: str = "full", accelerator=None) -> dict:
-    """`accelerator`: the process's one accelerate.Accelerator (bf16), made by main; each call frees
-    what the previous prepared."""
-    if accelerator is None:
-        accelerator = bf16_accelerator(device)
+def measure(task: str, device: torch.device, steps: int, warmup: int, scale: str, accelerator) -> dict:
+    """`accelerator`: the process's one accelerate.Accelerator (bf16_accelerator), made by main; each
+    call frees what the previous one prepared."""
     config, model_mod = _load_repo(task)
     rows, seq_name, ref_rows = SHAPES[task]
     seq = int(getattr(config, seq_name))
