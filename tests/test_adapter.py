@@ -1,5 +1,6 @@
-"""task.adapter: a brought model (task.model_path) fine-tuned with a LoRA adapter (peft) by the sft and
-dpo repos, merged by the protected checkpoint writer, graded like any other run; the choice is part of
+"""task.adapter: a brought model (task.model_path) fine-tuned with a LoRA adapter (peft) by the repos that
+fine-tune one (sft, dpo, reward_model, distillation, unlearning), merged by the protected checkpoint
+writer, graded like any other run; the choice is part of
 the derived repo, so its anchors are its own. The graded runs (slow) use a tiny Llama saved with
 save_pretrained and the real peft; the refusals are one line each, before anything trains."""
 
@@ -19,18 +20,21 @@ from ai4ai.core.provenance import task_version
 from ai4ai.core.task import TaskError, load_task, parse_task
 from ai4ai.repo import models
 
+from . import test_byo_model
 from .test_byo_model import hooked, saved  # noqa: F401 - the fixtures: tiny saved models, a shrunk task
 
 
 def test_auto_picks_lora_for_a_large_model_or_a_small_gpu_and_only_where_a_repo_trains_one():
-    sft, rm = load_task("sft"), load_task("reward_model")
+    sft, pruning = load_task("sft"), load_task("pruning")
     gib = 1 << 30
     assert models.resolve_adapter(sft, 100_000, gpu_bytes=0) == "full"
     assert models.resolve_adapter(sft, models.LORA_FROM_PARAMS, gpu_bytes=0) == "lora"
     # 500M parameters fine-tuned in full take ~8 GB: lora on a 12 GiB GPU, full on an 80 GiB one
     assert models.resolve_adapter(sft, 500_000_000, gpu_bytes=12 * gib) == "lora"
     assert models.resolve_adapter(sft, 500_000_000, gpu_bytes=80 * gib) == "full"
-    assert models.resolve_adapter(rm, 10 * models.LORA_FROM_PARAMS, gpu_bytes=gib) == "full"  # no lora there
+    assert models.resolve_adapter(pruning, 10 * models.LORA_FROM_PARAMS, gpu_bytes=gib) == "full"  # no lora there
+    for name in ("dpo", "reward_model", "distillation", "unlearning"):
+        assert models.resolve_adapter(load_task(name), models.LORA_FROM_PARAMS, gpu_bytes=0) == "lora"
     for given in ("full", "lora"):
         assert models.resolve_adapter(replace(sft, adapter=given), 10 * models.LORA_FROM_PARAMS, gpu_bytes=0) == given
 
@@ -41,8 +45,10 @@ def test_bad_adapter_settings_are_one_line(saved):  # noqa: F811
         parse_task({**raw, "adapter": "qlora"}, "sft.yaml")
     with pytest.raises(TaskError, match=r"task.adapter=lora applies to a model you bring \(task.model_path=FOLDER\)"):
         models.with_model(replace(load_task("sft"), adapter="lora"))
-    with pytest.raises(models.ModelPathError, match=r"the reward_model repo trains every weight .* sft and dpo"):
-        models.with_model(replace(load_task("reward_model"), model_path=str(saved["llama"]), adapter="lora"))
+    with pytest.raises(
+        models.ModelPathError, match=r"the pruning repo trains every weight .* distillation and unlearning"
+    ):
+        models.with_model(replace(load_task("pruning"), model_path=str(saved["llama"]), adapter="lora"))
 
 
 def test_a_bad_adapter_on_the_command_line_is_one_line_and_exit_2(tmp_path):
@@ -57,10 +63,35 @@ def test_a_bad_adapter_on_the_command_line_is_one_line_and_exit_2(tmp_path):
     assert r.returncode == 2 and len(said) == 1 and "adapter must be one of auto, full, lora" in said[0], said
 
 
+# Where each repo's start is (byom/) and the prefix its keys take in a checkpoint; the checkpoint's
+# keys beyond the start's (a fresh part that trains in full)
+START = {
+    "sft": ("base.safetensors", "", set()),
+    "dpo": ("policy.safetensors", "", set()),
+    "reward_model": ("base.safetensors", "backbone.", {"head.weight", "head.bias"}),  # the LM without its head
+    "distillation": ("base.safetensors", "", set()),
+    "unlearning": ("memorised.safetensors", "", set()),
+}
+# What an adapter's plumbing needs of the costliest run, in the copy the `hooked` task trains
+# (test_byo_model.SHRUNK_PREPARE's form): distillation's student 40 passes over the distilled set,
+# not 200. (Unlearning's memorising prepare stays at 400 steps: at 150 the tiny llama has memorised
+# too little for the shipped unlearning to beat the no-information model, and calibration refuses.)
+LORA_SHRUNK = {"distillation": ("train.py", "EPOCHS = 200 ", "EPOCHS = 40 ")}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("task_name", ["sft", "dpo"])
-def test_a_lora_adapter_on_a_saved_llama_is_trained_merged_and_graded(task_name, saved, hooked, compose_cfg, tmp_path):  # noqa: F811
-    model = saved["llama"]
+@pytest.mark.parametrize("task_name", list(START))
+def test_a_lora_adapter_on_a_saved_llama_is_trained_merged_and_graded(
+    task_name,
+    saved,  # noqa: F811
+    hooked,  # noqa: F811
+    compose_cfg,
+    tmp_path,
+    monkeypatch,
+):
+    if task_name in LORA_SHRUNK:
+        monkeypatch.setitem(test_byo_model.SHRUNK_PREPARE, task_name, LORA_SHRUNK[task_name])
+    model = saved["llama_2400" if task_name == "unlearning" else "llama"]  # unlearning's symbols need 2,400 tokens
     cfg = compose_cfg("grade", [f"task={task_name}", "scale=ci", f"task.model_path={model}", "task.adapter=lora"])
     run_dir = tmp_path / "run"
     pipeline.grade(cfg, run_dir)
@@ -80,9 +111,10 @@ def test_a_lora_adapter_on_a_saved_llama_is_trained_merged_and_graded(task_name,
 
     # an adapter trained and was merged: a checkpoint holds the model's own keys, its embedding is the
     # start's (all-linear leaves it frozen) and its attention projections moved
-    start = load_file(str(own.repo / "byom" / ("base.safetensors" if task_name == "sft" else "policy.safetensors")))
+    file, prefix, fresh = START[task_name]
+    start = {prefix + k: v for k, v in load_file(str(own.repo / "byom" / file)).items()}
     ckpt = load_file(str(sorted(run_dir.rglob("ckpt_*.safetensors"))[-1]))
-    assert set(ckpt) == set(start) and not any("lora" in k for k in ckpt)
+    assert set(ckpt) == set(start) | fresh and not any("lora" in k for k in ckpt), sorted(set(ckpt) ^ set(start))[:6]
     emb = next(k for k in start if "embed_tokens" in k)
     assert torch.equal(ckpt[emb], start[emb])
     moved = [k for k in start if k.endswith("q_proj.weight") and not torch.equal(ckpt[k], start[k])]

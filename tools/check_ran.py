@@ -32,7 +32,7 @@ ESSENTIAL = {
     ("tests/tasks/test_reward_model.py", True): 1,  # end-to-end graded runs at ci
     ("tests/tasks/test_diffusion_rl.py", True): 1,
     ("tests/test_byo_model.py", True): 1,  # a graded run on a brought model, checked, and its audit
-    ("tests/test_adapter.py", True): 2,  # LoRA adapters on a brought Llama, trained, merged and graded
+    ("tests/test_adapter.py", True): 5,  # LoRA adapters on a brought Llama, trained, merged and graded (5 tasks)
     ("tests/test_tuning.py", True): 1,  # a real two-point sweep, graded
 }
 # skips that are a branch of the test, not a missing tool: the other branch is tested beside them

@@ -203,8 +203,9 @@ class Task:
     # ai4ai/repo/models.py). None: the repo's own model, exactly as without the option.
     model_path: str | None = None
     # With model_path: how the shipped recipe fine-tunes it (task.adapter=...): "full" (every weight),
-    # "lora" (a LoRA adapter, peft; the sft and dpo repos) or "auto" (models.resolve_adapter: lora for a
-    # model too large to fine-tune in full). Its effect is folded into the derived repo (byom/adapter.json).
+    # "lora" (a LoRA adapter, peft; the repos that fine-tune, models.ADAPTER_TASKS) or "auto"
+    # (models.resolve_adapter: lora for a model too large to fine-tune in full). Its effect is folded
+    # into the derived repo (byom/adapter.json).
     adapter: str = "auto"
     # check_task tuning=true: points of a sweep of the shipped recipe, each a tuple of
     # ("[file.py:]CONSTANT", new value) pairs, or a TuningSearch of several knobs searched jointly

@@ -70,7 +70,7 @@ KEEP_REPO_ARTIFACTS = ("distillation",)
 # GPU): the derived repo carries the choice in byom/adapter.json, so its version and anchors are the
 # adapter's. The protected checkpoint writer merges the adapter (merge_and_unload) into each checkpoint,
 # so the grader loads the model's own weights as for any other run.
-ADAPTER_TASKS = ("sft", "dpo")
+ADAPTER_TASKS = ("sft", "dpo", "reward_model", "distillation", "unlearning")
 LORA_FROM_PARAMS = 1_000_000_000
 # bytes a parameter costs when every weight trains with AdamW in fp32 (weight, gradient, two moments)
 FULL_FINETUNE_BYTES = 16
@@ -426,7 +426,7 @@ def resolve_adapter(task: Task, n_params: int, gpu_bytes: int | None = None) -> 
         raise ModelPathError(
             task.model_path,
             f"task.adapter=lora: the {task.name} repo trains every weight of your model; a LoRA adapter is "
-            f"trained by {' and '.join(ADAPTER_TASKS)} (use task.adapter=full or auto here)",
+            f"trained by {', '.join(ADAPTER_TASKS[:-1])} and {ADAPTER_TASKS[-1]} (use task.adapter=full or auto here)",
         )
     if task.adapter != "auto":
         return task.adapter

@@ -1,8 +1,12 @@
 """Checkpoints: weights only, safetensors, written atomically. Protected.
 
 The grader reads `ckpt_{step:08d}.safetensors` from the output folder and chooses among the
-last three; it loads exactly the model's parameter keys (tied weights once) in fp32.
+last three; it loads exactly the model's parameter keys (tied weights once) in fp32. A model
+whose `lm` is wrapped with a peft adapter (config.ADAPTER "lora", your own model) is saved
+merged: the adapter folded into a copy of the weights (merge_and_unload), so a checkpoint is
+always the model's own parameters.
 """
+import copy
 import json
 import os
 from pathlib import Path
@@ -15,6 +19,9 @@ def save_checkpoint(model: torch.nn.Module, out: str, step: int, keep_last: int 
                     metadata: dict | None = None) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if hasattr(getattr(model, "lm", None), "merge_and_unload"):   # a peft adapter: merged into a copy
+        model = copy.deepcopy(model)
+        model.lm = model.lm.merge_and_unload()
     # named_parameters() yields each tied tensor once (lm_head.weight is transformer.wte.weight)
     weights = {k: v.detach().float().cpu().contiguous() for k, v in model.named_parameters()}
     path = out / f"ckpt_{step:08d}.safetensors"

@@ -26,6 +26,9 @@ N_POSITIONS = PROMPT_W + ANSWER_W           # 20
 SYMBOLS = TOKENS
 SEQ_LEN = N_POSITIONS
 BYOM = Path(__file__).resolve().parent / "byom"
+# How your own model is fine-tuned (task.adapter; README "Your own model"): "lora" where the harness
+# derived this copy with a LoRA adapter (byom/adapter.json), else "full" (every weight trains).
+ADAPTER = json.loads((BYOM / "adapter.json").read_text())["adapter"] if (BYOM / "adapter.json").exists() else "full"
 TOKEN_IDS = None
 if (BYOM / "vocab.json").exists():
     TOKEN_IDS = [int(i) for i in json.loads((BYOM / "vocab.json").read_text())["token_ids"]]

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 
 from checkpoint import save_checkpoint
-from config import VOCAB, get_scale
+from config import ADAPTER, VOCAB, get_scale
 from data import TrainingSplit, join
 from model import build_model, load_base
 from teacher import Teacher
@@ -41,6 +41,8 @@ WARMUP = 100         # warmup steps
 WEIGHT_DECAY = 0.1
 GRAD_ACCUM = 1       # batches whose gradients make one optimizer step (accelerate); the loop counts batches
 N_SAVES = 8          # checkpoints over the run (the last three are kept)
+LORA_RANK = 16       # with config.ADAPTER "lora" (your own model, task.adapter=lora): the adapter's rank,
+LORA_ALPHA = 32      # its scale, on every linear layer of your model but its output head (peft's "all-linear")
 
 # ----------------------------------------------------------------------------- setup
 p = argparse.ArgumentParser()
@@ -70,13 +72,17 @@ print(f"distilled {len(tokens)} prompts with {teacher.used:,} teacher tokens "
 
 # ----------------------------------------------------------------------------- student
 model = load_base(build_model(args.scale))                # your own model: its pretrained weights (README)
+if ADAPTER == "lora":   # your model stays frozen under the adapter; the checkpoint writer merges it
+    from peft import LoraConfig, get_peft_model
+    lora = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear")
+    model.lm = get_peft_model(model.lm, lora)
 optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.98), weight_decay=WEIGHT_DECAY)
 model, optimizer = accelerator.prepare(model, optimizer)
 steps_per_epoch = len(tokens) // BATCH_SIZE
 total_steps = EPOCHS * steps_per_epoch
 save_every = max(1, total_steps // N_SAVES)
 order = torch.Generator().manual_seed(args.seed)
-print(f"training {sum(p.numel() for p in model.parameters()):,} parameters for {total_steps} steps "
+print(f"training {sum(p.numel() for p in model.parameters() if p.requires_grad):,} parameters for {total_steps} steps "
       f"of {BATCH_SIZE} sequences", flush=True)
 
 step = 0

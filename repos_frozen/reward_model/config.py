@@ -16,6 +16,9 @@ SEQ_LEN = 24        # every sequence: "prompt|response$" right-padded with token
 # the grader keep the task's ids; the reward model maps them at its input (model.RewardModel).
 SYMBOLS = ["<pad>", *CHARS[1:]]
 BYOM = Path(__file__).resolve().parent / "byom"
+# How your own model is fine-tuned (task.adapter; README "Your own model"): "lora" where the harness
+# derived this copy with a LoRA adapter (byom/adapter.json), else "full" (every weight trains).
+ADAPTER = json.loads((BYOM / "adapter.json").read_text())["adapter"] if (BYOM / "adapter.json").exists() else "full"
 TOKEN_IDS = None
 if (BYOM / "vocab.json").exists():
     TOKEN_IDS = [int(i) for i in json.loads((BYOM / "vocab.json").read_text())["token_ids"]]

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 
 from checkpoint import save_checkpoint
-from config import get_scale
+from config import ADAPTER, get_scale
 from data import PreferencePairs
 from model import build_model, load_base
 
@@ -28,6 +28,8 @@ BETAS = (0.9, 0.999)
 WEIGHT_DECAY = 0.01
 GRAD_ACCUM = 1       # batches whose gradients make one optimizer step (accelerate); the loop counts batches
 N_SAVES = 8          # checkpoints over the run (the last three are kept)
+LORA_RANK = 16       # with config.ADAPTER "lora" (your own model, task.adapter=lora): the adapter's rank,
+LORA_ALPHA = 32      # its scale, on every linear layer of the backbone (peft's "all-linear"; the scalar head trains in full)
 
 
 def preference_loss(r_a: torch.Tensor, r_b: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
@@ -53,12 +55,16 @@ accelerator = Accelerator(mixed_precision="bf16" if get_scale(args.scale).bf16 e
 device = accelerator.device
 pairs = PreferencePairs(args.scale)
 model = load_base(build_model(args.scale), args.scale)
+if ADAPTER == "lora":   # the backbone stays frozen under the adapter; the checkpoint writer merges it
+    from peft import LoraConfig, get_peft_model
+    lora = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear")
+    model.backbone = get_peft_model(model.backbone, lora)
 optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
 model, optimizer = accelerator.prepare(model, optimizer)
 total_steps = pairs.budget // BATCH_SIZE
 save_every = max(1, total_steps // N_SAVES)
 order = torch.Generator().manual_seed(args.seed)
-print(f"training {sum(p.numel() for p in model.parameters()):,} parameters for {total_steps} steps "
+print(f"training {sum(p.numel() for p in model.parameters() if p.requires_grad):,} parameters for {total_steps} steps "
       f"of {BATCH_SIZE} pairs ({len(pairs)} pairs in the split)", flush=True)
 
 # ----------------------------------------------------------------------------- loop

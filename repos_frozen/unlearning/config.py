@@ -34,6 +34,9 @@ SYMBOLS = (["\n", " "] + [chr(97 + i) for i in range(N_LETTERS)] + ["<unknown>"]
            + [f"<entity {i}>" for i in range(N_ENTITIES)])
 SEQ_LEN = TEXT_LEN                      # the longest sequence the model reads
 BYOM = Path(__file__).resolve().parent / "byom"
+# How your own model is fine-tuned (task.adapter; README "Your own model"): "lora" where the harness
+# derived this copy with a LoRA adapter (byom/adapter.json), else "full" (every weight trains).
+ADAPTER = json.loads((BYOM / "adapter.json").read_text())["adapter"] if (BYOM / "adapter.json").exists() else "full"
 TOKEN_IDS = None
 if (BYOM / "vocab.json").exists():
     TOKEN_IDS = [int(i) for i in json.loads((BYOM / "vocab.json").read_text())["token_ids"]]

@@ -17,7 +17,7 @@ import time
 import torch
 
 from checkpoint import save_checkpoint
-from config import VALUE_POS
+from config import ADAPTER, VALUE_POS
 from data import UnlearningData, load_prepared
 from model import build_model, value_logits
 
@@ -29,6 +29,8 @@ BATCH_SIZE = 32      # forget facts per step
 STEPS = 50           # gradient-ascent steps (fewer when the scale's budget is smaller): the last three
                      # checkpoints (40, 45, 50) bracket the peak
 N_SAVES = 10         # checkpoints over the run (the last three are kept; the grader picks among them)
+LORA_RANK = 16       # with config.ADAPTER "lora" (your own model, task.adapter=lora): the adapter's rank,
+LORA_ALPHA = 32      # its scale, on every linear layer of your model but its output head (peft's "all-linear")
 
 # ----------------------------------------------------------------------------- setup
 p = argparse.ArgumentParser()
@@ -43,6 +45,10 @@ torch.manual_seed(args.seed)
 device = torch.device(args.device)
 data = UnlearningData(args.scale)
 model = load_prepared(build_model(args.scale), args.scale).to(device).train()
+if ADAPTER == "lora":   # your model stays frozen under the adapter; the checkpoint writer merges it
+    from peft import LoraConfig, get_peft_model
+    lora = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear")
+    model.lm = get_peft_model(model.lm, lora)
 optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.999), weight_decay=0.0)
 total_steps = min(STEPS, data.budget // BATCH_SIZE)
 save_every = max(1, total_steps // N_SAVES)
