@@ -21,6 +21,7 @@ for line in sys.stdin:
     req = json.loads(line)
     pid = os.fork()
     if pid == 0:
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the requests stay the server's
         os.dup2(os.open(req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
         os.dup2(os.open(req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
         os.chdir(req["cwd"])
