@@ -38,6 +38,37 @@ def baseline_ci_run(tmp_path_factory):
     return cfg, run_dir, json.loads((run_dir / "result.json").read_text())
 
 
+# Two edits of optim.py, a proxy call after each, then an edit of a protected file (dropped from the
+# submission) and a look at the sandbox's network and the project's absence, and the submission marked.
+EDIT_AND_PROXY = (
+    "sed -i 's/^LR = 3e-3/LR = 2e-3/' optim.py && ai4ai-proxy; "
+    "sed -i 's/^LR = 2e-3/LR = 4e-3/' optim.py && ai4ai-proxy; "
+    "echo '# hacked' >> model.py && ls /sys/class/net && test ! -e /work; ai4ai-proxy --submit"
+)
+
+
+@pytest.fixture(scope="session")
+def command_ci_run(tmp_path_factory):
+    """One real ci run of the optimizer task by a command agent (EDIT_AND_PROXY) through
+    `pipeline.run`: (run_dir, result). A few minutes, shared by the tests that read such a run (the
+    run page in test_view, the command agent in test_end_to_end)."""
+    import json
+
+    from ai4ai import pipeline
+
+    tmp = tmp_path_factory.mktemp("command_ci")
+    # a roomy CPU cap: the page's curve needs a run that got past a few log lines on a slow CI host
+    cfg = compose_in(
+        tmp,
+        "config",
+        ["task=optimizer", "scale=ci", "agent=command", "agent.command=true", "task.scales.ci.cap_factor=4"],
+    )
+    cfg.agent.command = EDIT_AND_PROXY  # set after composing: no override grammar to quote for
+    run_dir = tmp / "run"
+    pipeline.run(cfg, run_dir)
+    return run_dir, json.loads((run_dir / "result.json").read_text())
+
+
 needs_bwrap = requires("sandbox")
 
 

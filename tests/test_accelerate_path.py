@@ -12,6 +12,7 @@ replaced by the plain torch it stands for (`PLAIN`): `.to(device)`, `torch.autoc
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from ai4ai.core.task import load_task
+from tests.forkserver import ForkServer
 
 # the repos whose train.py uses accelerate, and the edit that makes each run a few steps
 SHORT = {
@@ -80,18 +82,14 @@ def _variant(src: str, task: str, *, plain: bool, bf16: bool) -> str:
     return src
 
 
-def _train(tmp_path, task: str, name: str, src: str) -> dict:
+def _train(server, tmp_path, task: str, name: str, src: str) -> dict:
     repo = tmp_path / name
     shutil.copytree(load_task(task).repo, repo, ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "train.py").write_text(src)
     out = repo / "out"
-    r = subprocess.run(
-        [sys.executable, "train.py", "--out", str(out), "--seed", "3", "--scale", "ci", "--budget-s", "1e9"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    # `python train.py ...` in the copy, a fresh process forked from the module's server
+    args = ["--out", str(out), "--seed", "3", "--scale", "ci", "--budget-s", "1e9"]
+    r = server.run(repo, dict(os.environ), script="train.py", args=args, timeout=600)
     assert r.returncode == 0, f"{task} {name}: {r.stderr[-3000:]}"
     kept = sorted(out.glob("ckpt_*.safetensors"))
     assert len(kept) >= 2, f"{task} {name}: {len(kept)} checkpoints"
@@ -99,6 +97,24 @@ def _train(tmp_path, task: str, name: str, src: str) -> dict:
     # the run trained: its last kept checkpoint is not its first (so equal runs are not equal idleness)
     assert any(not torch.equal(first[k], last[k]) for k in last), f"{task} {name}: the weights never moved"
     return last
+
+
+@pytest.fixture(scope="module")
+def train(tmp_path_factory):
+    """_train with its runs shared by this module's tests: the same task and source give the same
+    run (the comparisons are bit for bit), so the oracle test's plain optimizer loop is the plain run
+    the optimizer case trained, not a second one. Each run is a child of one fork server
+    (tests/forkserver.py), which imported torch once."""
+    runs = {}
+    server = ForkServer(tmp_path_factory.mktemp("forkserver"))
+
+    def run(tmp_path, task: str, name: str, src: str) -> dict:
+        if (task, src) not in runs:
+            runs[task, src] = _train(server, tmp_path, task, name, src)
+        return runs[task, src]
+
+    yield run
+    server.close()
 
 
 # fp32 (ci and smoke, what the scores rest on) for every repo; bf16 for the two whose loss is not the
@@ -110,24 +126,24 @@ CASES = [(t, False) for t in sorted(SHORT)] + [("distillation", True), ("dpo", T
 @pytest.mark.parametrize(
     ("task", "bf16"), CASES, ids=[f"{t}-{'bf16_as_gpu_tiers' if b else 'fp32_as_ci'}" for t, b in CASES]
 )
-def test_train_py_through_accelerate_gives_the_plain_torch_weights(tmp_path, task, bf16):
+def test_train_py_through_accelerate_gives_the_plain_torch_weights(tmp_path, train, task, bf16):
     src = (load_task(task).repo / "train.py").read_text()
-    got = _train(tmp_path, task, "accelerate", _variant(src, task, plain=False, bf16=bf16))
-    want = _train(tmp_path, task, "plain", _variant(src, task, plain=True, bf16=bf16))
+    got = train(tmp_path, task, "accelerate", _variant(src, task, plain=False, bf16=bf16))
+    want = train(tmp_path, task, "plain", _variant(src, task, plain=True, bf16=bf16))
     assert got.keys() == want.keys()
     for k in want:
         assert torch.equal(got[k], want[k]), f"{task}: {k} differs from plain torch"
 
 
-def test_the_oracle_would_see_a_difference(tmp_path):
+def test_the_oracle_would_see_a_difference(tmp_path, train):
     """The comparison can fail: a plain loop at another learning rate gives other weights."""
     src = (load_task("optimizer").repo / "train.py").read_text()
-    want = _train(tmp_path, "optimizer", "plain", _variant(src, "optimizer", plain=True, bf16=False))
+    want = train(tmp_path, "optimizer", "plain", _variant(src, "optimizer", plain=True, bf16=False))
     other = _variant(src, "optimizer", plain=True, bf16=False).replace(
         'group["lr"] = lr_at(step, total_steps)', 'group["lr"] = 0.5 * lr_at(step, total_steps)'
     )
     assert other != _variant(src, "optimizer", plain=True, bf16=False)
-    got = _train(tmp_path, "optimizer", "half_lr", other)
+    got = train(tmp_path, "optimizer", "half_lr", other)
     assert any(not torch.equal(got[k], want[k]) for k in want)
 
 

@@ -9,7 +9,6 @@ name or number from the listing beside it. Checked with the real `datasets` and 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from ai4ai.core.hidden import ArrowSplit, write_splits
 from ai4ai.core.task import load_task
 from ai4ai.repo import preparing
 from ai4ai.repo.preparing import read_sums, verify, write_sums
+from tests.forkserver import fork_server
 
 SEQ_LEN = 128
 # the repos whose GPU tiers' training split is a datasets folder: (its data env, how its data.py loads a
@@ -48,12 +48,23 @@ def load(task: str, name: str) -> str:
     return REPOS[task][1].format(name=name)
 
 
-def in_repo(task: str, data_dir: Path, code: str) -> subprocess.CompletedProcess:
-    """`code` run in a fresh process with `task`'s repo modules importable, as the meter runs them."""
-    repo = PROJECT_ROOT / "repos_frozen" / task
-    env = {**os.environ, REPOS[task][0]: str(data_dir), "PYTHONPATH": str(repo)}
-    env.pop("AI4AI_METER", None)
-    return subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    yield from fork_server(tmp_path_factory)
+
+
+@pytest.fixture
+def in_repo(server):
+    """in_repo(task, data_dir, code): `code` run in a fresh process with `task`'s repo modules
+    importable, as the meter runs them (a child of this module's fork server, tests/forkserver.py)."""
+
+    def run(task: str, data_dir: Path, code: str) -> subprocess.CompletedProcess:
+        repo = PROJECT_ROOT / "repos_frozen" / task
+        env = {**os.environ, REPOS[task][0]: str(data_dir), "PYTHONPATH": str(repo)}
+        env.pop("AI4AI_METER", None)
+        return server.run(repo, env, code=code, timeout=300)
+
+    return run
 
 
 def test_the_gpu_tiers_are_the_tasks_gpu_scales():
@@ -149,7 +160,7 @@ print("RESULT " + json.dumps(kinds))
 
 
 @pytest.mark.parametrize("task", list(REPOS))
-def test_the_repo_serves_the_same_rows_from_a_datasets_folder_as_from_the_raw_split(tmp_path, task):
+def test_the_repo_serves_the_same_rows_from_a_datasets_folder_as_from_the_raw_split(tmp_path, in_repo, task):
     seed = list(REPOS).index(task)
     both_formats(tmp_path, tokens(2601, seed, REPOS[task][2]))
     code = FUZZ.replace("LOAD_RAW", load(task, "fuzz_raw")).replace("LOAD_ARROW", load(task, "fuzz_arrow"))
@@ -170,7 +181,7 @@ METERED = {
 
 
 @pytest.mark.parametrize("task", list(REPOS))
-def test_the_training_split_class_meters_a_datasets_folder_as_it_meters_a_tensor(tmp_path, task):
+def test_the_training_split_class_meters_a_datasets_folder_as_it_meters_a_tensor(tmp_path, in_repo, task):
     arr = tokens(64, 0, REPOS[task][2])
     both_formats(tmp_path, arr)
     code = f"import torch, data\n{METERED[task]}\n"
@@ -206,7 +217,7 @@ def _tamper(folder: Path, how: str) -> None:
 
 @pytest.mark.parametrize("task", list(REPOS))
 @pytest.mark.parametrize("how", ["byte", "extra_file", "missing_file", "unlisted", "renamed", "state"])
-def test_a_datasets_folder_that_differs_from_its_listing_is_refused(tmp_path, how, task):
+def test_a_datasets_folder_that_differs_from_its_listing_is_refused(tmp_path, in_repo, how, task):
     both_formats(tmp_path, tokens(64, 0, REPOS[task][2]))
     _tamper(tmp_path, how)
     r = in_repo(task, tmp_path, "import data; " + load(task, "train_quick"))

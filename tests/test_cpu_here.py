@@ -15,6 +15,27 @@ OTHER = "cpu:Some Other CPU:{threads}"
 _ctx = graded_context
 
 
+@pytest.fixture(scope="module")
+def _shipped_trainings() -> dict:
+    return {}
+
+
+@pytest.fixture
+def shared_shipped(monkeypatch, _shipped_trainings):
+    """anchors._train_shipped with its real trainings shared by this module's tests: the shipped
+    algorithm of one task and scale on the same calibration seeds is one training, whichever test's
+    measure_cpu or verify asks for it first (dpo at ci, seed 1000: each test read the same seed)."""
+    real = anchors._train_shipped
+
+    def train(ctx, workdir, seeds, what):
+        key = (ctx.task.name, ctx.scale, ctx.key.device_class, tuple(seeds))
+        if key not in _shipped_trainings:
+            _shipped_trainings[key] = real(ctx, workdir, seeds, what)
+        return list(_shipped_trainings[key])
+
+    monkeypatch.setattr(anchors, "_train_shipped", train)
+
+
 def _move_records(ctx, device_class: str, edit=lambda r: r) -> dict:
     """Keep only ctx's key's stored records (any class), relabelled as `device_class`; return one."""
     path = records.anchors_path(ctx.task.grader)
@@ -75,7 +96,7 @@ def test_ensure_at_smoke_measures_before_it_uses_another_class_record(compose_cf
 
 
 @needs_bwrap
-def test_a_record_of_another_cpu_gets_this_cpus_time_and_keeps_its_anchors(compose_cfg, tmp_path):
+def test_a_record_of_another_cpu_gets_this_cpus_time_and_keeps_its_anchors(compose_cfg, tmp_path, shared_shipped):
     """A real shipped training (dpo at ci, seconds) measures the CPU time; the record's anchors are kept
     because the seed's metric reproduces."""
     ctx = _ctx(compose_cfg, tmp_path, "dpo", "ci")
@@ -111,7 +132,9 @@ def test_a_record_of_another_cpu_gets_this_cpus_time_and_keeps_its_anchors(compo
 
 
 @needs_bwrap
-def test_a_record_whose_metric_does_not_reproduce_is_calibrated_in_full(compose_cfg, tmp_path, monkeypatch):
+def test_a_record_whose_metric_does_not_reproduce_is_calibrated_in_full(
+    compose_cfg, tmp_path, monkeypatch, shared_shipped
+):
     ctx = _ctx(compose_cfg, tmp_path, "dpo", "ci")
 
     def shift(r):  # the other class's seed gave a clearly different metric
@@ -176,7 +199,9 @@ def test_a_deterministic_task_reproduces_within_float_noise(compose_cfg, tmp_pat
 
 
 @needs_bwrap
-def test_verify_retrains_a_seed_and_flags_a_record_that_does_not_describe_the_code(compose_cfg, tmp_path):
+def test_verify_retrains_a_seed_and_flags_a_record_that_does_not_describe_the_code(
+    compose_cfg, tmp_path, shared_shipped
+):
     """calibrate verify=true: one real shipped training (dpo at ci, seed 1000) reproduces the stored
     metric of its own class's record; the same record with that seed's metric moved (as a record
     re-keyed across a change that moved training would be) is flagged, and nothing is stored."""

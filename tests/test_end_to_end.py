@@ -73,18 +73,14 @@ def test_the_report_tests_fake_result_has_a_real_results_fields(baseline_ci_run)
         validate(fake_result(status=status))
 
 
-def test_command_agent_edits_in_the_sandbox_and_protected_edits_are_dropped(compose_cfg, tmp_path):
-    cmd = (
-        "sed -i 's/^LR = 3e-3/LR = 2e-3/' optim.py && echo '# hacked' >> model.py && "
-        "ls /sys/class/net && test ! -e /work"
-    )
-    cfg = compose_cfg("config", CI + ["agent=command", f'agent.command="{cmd}"'])
-    run_dir = tmp_path / "run_cmd"
-    pipeline.run(cfg, run_dir)
+def test_command_agent_edits_in_the_sandbox_and_protected_edits_are_dropped(command_ci_run):
+    """The session's command agent run (conftest.py's EDIT_AND_PROXY, shared with test_view): its
+    edits of optim.py, made in the sandbox, are submitted; its edit of the protected model.py is not."""
+    run_dir, _ = command_ci_run
     r = _result(run_dir)
     assert r["submission"]["files"] == ["optim.py"]
     assert {x["path"]: x["reason"] for x in r["submission"]["rejected_files"]} == {"model.py": "protected file"}
-    assert "LR = 2e-3" in (run_dir / "submission.patch").read_text()
+    assert "LR = 4e-3" in (run_dir / "submission.patch").read_text()
     assert r["status"] == "graded"
 
 

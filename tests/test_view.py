@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ai4ai import PROJECT_ROOT, pipeline
+from ai4ai import PROJECT_ROOT
 from ai4ai.analysis.reporting import report
 from ai4ai.analysis.runpage import SECTIONS, parse_curve, write_page
 from ai4ai.core import record, trajectory
@@ -18,14 +18,8 @@ from ai4ai.core.layout import RunDir
 from tests.fixtures.results import fake_result
 from tests.requirements import chromium, requires
 
-from .conftest import compose_in, needs_bwrap
+from .conftest import EDIT_AND_PROXY, needs_bwrap
 
-CI = ["task=optimizer", "scale=ci"]
-# two edits, a proxy call after each, then the last one marked as the submission
-EDIT_AND_PROXY = (
-    "sed -i 's/^LR = 3e-3/LR = 2e-3/' optim.py && ai4ai-proxy; "
-    "sed -i 's/^LR = 2e-3/LR = 4e-3/' optim.py && ai4ai-proxy; ai4ai-proxy --submit"
-)
 SCRIPT = "<script>alert(1)</script>"
 
 
@@ -41,17 +35,11 @@ def num(x: float, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
-@pytest.fixture(scope="module")
-def proxied_run(tmp_path_factory):
-    """One real ci run of the optimizer task by a command agent that makes two proxy calls and marks
-    a submission, through `pipeline.run`: (run_dir, result). A few minutes; shared by this module."""
-    tmp = tmp_path_factory.mktemp("view_run")
-    # a roomy CPU cap: the page's curve needs a run that got past a few log lines on a slow CI host
-    cfg = compose_in(tmp, "config", CI + ["agent=command", "agent.command=true", "task.scales.ci.cap_factor=4"])
-    cfg.agent.command = EDIT_AND_PROXY  # set after composing: no override grammar to quote for
-    run_dir = tmp / "run"
-    pipeline.run(cfg, run_dir)
-    return run_dir, json.loads((run_dir / "result.json").read_text())
+@pytest.fixture
+def proxied_run(command_ci_run):
+    """The session's real ci run by a command agent that edits optim.py, makes two proxy calls and
+    marks a submission (tests/conftest.py, shared with test_end_to_end): (run_dir, result)."""
+    return command_ci_run
 
 
 @needs_bwrap
