@@ -31,6 +31,7 @@ SHORT = {
     "reward_model": ("total_steps = pairs.budget // BATCH_SIZE\n", "total_steps = 6\n"),
     "dpo": ("    total_steps = split.budget // BATCH_SIZE\n", "    total_steps = 6\n"),
     "distillation": ("EPOCHS = 200 ", "EPOCHS = 1 "),
+    "unlearning": ("STEPS = 50 ", "STEPS = 6 "),
 }
 BF16_AT_THE_SCALE = 'mixed_precision="bf16" if get_scale(args.scale).bf16 else "no"'
 IMPORT = "from accelerate import Accelerator\n"
@@ -117,10 +118,10 @@ def train(tmp_path_factory):
     server.close()
 
 
-# fp32 (ci and smoke, what the scores rest on) for every repo; bf16 for the two whose loss is not the
-# model's own (dpo's reference under the autocast, distillation's fp32 cast of the logits): the other
-# three ask for it the same way (tested below), and all five passed it when this was written
-CASES = [(t, False) for t in sorted(SHORT)] + [("distillation", True), ("dpo", True)]
+# fp32 (ci and smoke, what the scores rest on) for every repo; bf16 for the three whose loss is not the
+# model's own (dpo's reference under the autocast, distillation's and unlearning's fp32 cast of the
+# logits): the other three ask for it the same way (tested below), and passed it too when written
+CASES = [(t, False) for t in sorted(SHORT)] + [("distillation", True), ("dpo", True), ("unlearning", True)]
 
 
 @pytest.mark.parametrize(

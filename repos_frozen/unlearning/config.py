@@ -49,6 +49,8 @@ class Scale:
     n_head: int
     artifact: str           # artifacts/<artifact>.safetensors: the prepared (memorised) model
     budget_examples: int    # forget + retain facts the training interface serves in one run
+    bf16: bool = False      # bf16 autocast in training's forward and loss (train.py's Accelerator); on at
+                            # quick and full: ci and smoke compute in fp32 exactly as without it
 
 
 @dataclass(frozen=True)
@@ -87,11 +89,13 @@ SCALES = {
     "smoke": Scale(n_layer=2, n_embd=64, n_head=4, artifact="memorised_small", budget_examples=32_768),
     # quick, one GPU: full's model memorised 5,000 steps (a quarter of full's schedule); the shipped run
     # is train.py's 50 steps, seconds, so the cap's floor (cap_min_s, 2 min) is the budget.
-    "quick": Scale(n_layer=6, n_embd=384, n_head=6, artifact="memorised_quick", budget_examples=262_144),
+    "quick": Scale(n_layer=6, n_embd=384, n_head=6, artifact="memorised_quick", budget_examples=262_144,
+                   bf16=True),
     # full, one H200 (estimate; README "Full scale"): 11.5M params; the shipped run is train.py's 50
     # steps of 32 facts (1,600 facts, 12,800 tokens, 8.8e11 FLOPs), seconds on a GPU: the cap's floor (cap_min_s,
     # 20 min) is the budget a submission gets. Memorising (prepare.py, 20,000 steps): ~3 min.
-    "full": Scale(n_layer=6, n_embd=384, n_head=6, artifact="memorised_full", budget_examples=262_144),
+    "full": Scale(n_layer=6, n_embd=384, n_head=6, artifact="memorised_full", budget_examples=262_144,
+                  bf16=True),
 }
 
 
@@ -102,7 +106,7 @@ SCALES = {
 # learned none, and calibration then rightly refuses a shipped run at the no-information level), so the
 # shrunk prepare step starts from the committed memorised_small (ci's architecture, the same facts at
 # every scale) and runs the memorisation loop briefly on top: prepare.py's full path, minutes less.
-SHRUNK_FULL = Scale(n_layer=2, n_embd=64, n_head=4, artifact="memorised_full", budget_examples=2_048)
+SHRUNK_FULL = Scale(n_layer=2, n_embd=64, n_head=4, artifact="memorised_full", budget_examples=2_048, bf16=True)
 
 
 SHRUNK = {"quick": replace(SHRUNK_FULL, artifact="memorised_quick"), "full": SHRUNK_FULL}

@@ -15,9 +15,10 @@ import argparse
 import time
 
 import torch
+from accelerate import Accelerator
 
 from checkpoint import save_checkpoint
-from config import ADAPTER, VALUE_POS
+from config import ADAPTER, VALUE_POS, get_scale
 from data import UnlearningData, load_prepared
 from model import build_model, value_logits
 
@@ -42,14 +43,17 @@ p.add_argument("--device", default="cpu")
 args = p.parse_args()
 
 torch.manual_seed(args.seed)
-device = torch.device(args.device)
+# device placement and precision (bf16 autocast at quick and full, config.Scale.bf16; fp32 at ci and smoke)
+accelerator = Accelerator(mixed_precision="bf16" if get_scale(args.scale).bf16 else "no", cpu=args.device == "cpu")
+device = accelerator.device
 data = UnlearningData(args.scale)
-model = load_prepared(build_model(args.scale), args.scale).to(device).train()
+model = load_prepared(build_model(args.scale), args.scale).train()
 if ADAPTER == "lora":   # your model stays frozen under the adapter; the checkpoint writer merges it
     from peft import LoraConfig, get_peft_model
     lora = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear")
     model.lm = get_peft_model(model.lm, lora)
 optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.999), weight_decay=0.0)
+model, optimizer = accelerator.prepare(model, optimizer)
 total_steps = min(STEPS, data.budget // BATCH_SIZE)
 save_every = max(1, total_steps // N_SAVES)
 order = torch.Generator().manual_seed(args.seed)
@@ -66,8 +70,9 @@ for step in range(total_steps):
         perm = torch.randperm(data.n_forget, generator=order)
         start = 0
     batch = data.get_forget(perm[start:start + BATCH_SIZE]).to(device)        # [B, 8]
-    ce = torch.nn.functional.cross_entropy(value_logits(model, batch), batch[:, VALUE_POS])
-    (-ce).backward()                                                           # ascend the forget loss
+    with accelerator.autocast():
+        ce = torch.nn.functional.cross_entropy(value_logits(model, batch), batch[:, VALUE_POS])   # fp32 logits
+    accelerator.backward(-ce)                                                  # ascend the forget loss
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     done = step + 1
