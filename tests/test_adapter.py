@@ -46,7 +46,7 @@ def test_bad_adapter_settings_are_one_line(saved):  # noqa: F811
     with pytest.raises(TaskError, match=r"task.adapter=lora applies to a model you bring \(task.model_path=FOLDER\)"):
         models.with_model(replace(load_task("sft"), adapter="lora"))
     with pytest.raises(
-        models.ModelPathError, match=r"the pruning repo trains every weight .* distillation and unlearning"
+        models.ModelPathError, match=r"the pruning repo does not fine-tune your model; .* distillation and unlearning"
     ):
         models.with_model(replace(load_task("pruning"), model_path=str(saved["llama"]), adapter="lora"))
 

@@ -425,7 +425,7 @@ def resolve_adapter(task: Task, n_params: int, gpu_bytes: int | None = None) -> 
     if task.adapter == "lora" and task.name not in ADAPTER_TASKS:
         raise ModelPathError(
             task.model_path,
-            f"task.adapter=lora: the {task.name} repo trains every weight of your model; a LoRA adapter is "
+            f"task.adapter=lora: the {task.name} repo does not fine-tune your model; a LoRA adapter is "
             f"trained by {', '.join(ADAPTER_TASKS[:-1])} and {ADAPTER_TASKS[-1]} (use task.adapter=full or auto here)",
         )
     if task.adapter != "auto":
