@@ -135,11 +135,19 @@ def grader_modules(task_name: str, *modules: str) -> tuple:
 
 
 def grade_train_py(
-    compose_cfg, tmp_path: Path, task, new_train_py: str, name: str, scale: str = "ci", seeds: list[int] | None = None
+    compose_cfg,
+    tmp_path: Path,
+    task,
+    new_train_py: str,
+    name: str,
+    scale: str = "ci",
+    seeds: list[int] | None = None,
+    extra: tuple[str, ...] = (),
 ) -> dict:
     """Grade `new_train_py` (the whole file) as a patch of the task's train.py at `scale` through the
     real pipeline (`pipeline.grade`); its result.json, after printing the outcome. `seeds`: only these
-    of the scale's grader seeds (a probe whose gap is many times one seed's noise needs no more)."""
+    of the scale's grader seeds (a probe whose gap is many times one seed's noise needs no more).
+    `extra`: more overrides (ROOMY_CAP for a probe whose check needs its run uncut)."""
     from ai4ai import pipeline
 
     old = (task.repo / "train.py").read_text()
@@ -147,7 +155,7 @@ def grade_train_py(
     overrides = [f"task={task.name}", f"scale={scale}", f"patch={patch}"]
     if seeds is not None:
         overrides.append(f"seeds=[{','.join(str(s) for s in seeds)}]")
-    pipeline.grade(compose_cfg("grade", overrides), tmp_path / "run")
+    pipeline.grade(compose_cfg("grade", overrides + list(extra)), tmp_path / "run")
     r = json.loads((tmp_path / "run" / "result.json").read_text())
     print(f"{name}:", r["status"], r["raw"], r["score"])
     return r

@@ -22,7 +22,14 @@ import pytest
 from ai4ai.core.provenance import python_executable
 from ai4ai.repo.preparing import data_mounts, grading_mounts
 
-from .conftest import assert_gains_nothing, grade_train_py, grader_modules, information_rejections, needs_bwrap
+from .conftest import (
+    ROOMY_CAP,
+    assert_gains_nothing,
+    grade_train_py,
+    grader_modules,
+    information_rejections,
+    needs_bwrap,
+)
 
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEF"  # 32 symbols, no digits: not a base64-like run
 
@@ -241,4 +248,7 @@ def test_the_visible_source_written_into_the_patch_gains_nothing(compose_cfg, tm
     # no gain over the shipped algorithm (before: 0.273 at ci, perplexity 9.28 against the shipped 10.26,
     # trained then on 5/4 of the budget's steps). It trains the shipped number of steps: at 5/4 it cost
     # 1.1 x the shipped run's CPU time, and a slow spell of CI's host cut it twice at 16 of 15 CPU-s.
-    assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "source_in_the_patch"))
+    # At the shipped number of steps a slow spell cut it again, twice, at the 1.5 x cap (CI rehearsal of
+    # 2026-12-07): its check needs the run uncut and the steps are fixed by the patch, so the cap is roomy
+    # (the cap itself is tested elsewhere).
+    assert_gains_nothing(grade_train_py(compose_cfg, tmp_path, task, new, "source_in_the_patch", extra=(ROOMY_CAP,)))
