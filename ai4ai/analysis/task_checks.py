@@ -34,6 +34,9 @@ TOY_LEVEL = 0.8  # no known method may reach this
 FAMILIES_REQUIRED = 3  # distinct method families (examples/<task>/families.yaml) with a paying example
 FAMILIES_FILE = "families.yaml"  # examples/<task>/families.yaml: patch file name -> method family
 EVAL_NOISE_MAX = 0.01  # the test split's own sampling noise, in sigma
+# A grading's own noise, in sigma: one seed's noise over the root of the grader seeds it averages.
+# Above it a real gain of a few hundredths cannot be told from the draw of the seeds (issue 45).
+GRADED_NOISE_MAX = 0.03
 REPRODUCE_SIGMAS = 3.0  # the shipped algorithm on the grader seeds may differ from 0.1 by this many SEs
 
 
@@ -42,6 +45,23 @@ def rewarded(score: float, noise: float) -> bool:
     EXAMPLE_MARGIN x one seed's noise (in sigma) and by at least MIN_EFFECT of the scale. The same
     rule makes an example count and a tuning point fail."""
     return score - 0.1 > EXAMPLE_MARGIN * noise and score - 0.1 >= MIN_EFFECT
+
+
+def graded_noise(noise: float, n_seeds: int) -> float:
+    """A grading's noise in sigma: one seed's `noise` over the root of the `n_seeds` it averages."""
+    if n_seeds < 1:
+        raise ValueError(f"a grading averages at least one seed, not {n_seeds}")
+    return noise / math.sqrt(n_seeds)
+
+
+def seeds_needed(noise: float) -> int:
+    """The fewest grader seeds that bring a grading's noise to GRADED_NOISE_MAX or under."""
+    n = max(1, math.ceil((noise / GRADED_NOISE_MAX) ** 2))
+    while n > 1 and graded_noise(noise, n - 1) <= GRADED_NOISE_MAX:  # ceil of a rounded square
+        n -= 1
+    while graded_noise(noise, n) > GRADED_NOISE_MAX:
+        n += 1
+    return n
 
 
 def shipped_tolerance(noise: float, n_graded: int, n_calibration: int) -> float:
@@ -222,6 +242,13 @@ def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) 
         f"phi1 - phib = {p1 - pb:.4g} must exceed {ANCHOR_MARGIN} x {sd:.4g}: no headroom above the noise",
     )
     noise = seed_noise_sigma(sd, a, m.direction, m.transform)  # the steeper (upper) branch
+    n_graded = len(task.scale(ctx.scale).grader_seeds)
+    rep.check(
+        graded_noise(noise, n_graded) <= GRADED_NOISE_MAX,
+        f"a grading's noise is {graded_noise(noise, n_graded):.4f} in sigma ({noise:.4f} a seed, {n_graded} grader seeds)",
+        f"must be <= {GRADED_NOISE_MAX}: give scales.{ctx.scale}.grader_seeds at least {seeds_needed(noise)} "
+        "seeds, enlarge the hidden test split, or lower the source's variance",
+    )
     if se is not None:
         ev = 0.9 * se / (p1 - pb)
         rep.check(
