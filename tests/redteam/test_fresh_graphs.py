@@ -50,16 +50,29 @@ def source_graphs(n, rng):
 source_rng = np.random.default_rng(args.seed)
 """
 
+SHIPPED_DRAW = (  # the shipped loop's draw: the meter's graphs, then the first pass kept in memory
+    "    if step < served_steps:                                         # served by the meter\n"
+    "        idx = perm[(step * BATCH_SIZE) % len(data):][:BATCH_SIZE]\n"
+    "        graphs = data.get(idx)\n"
+    "        if step * BATCH_SIZE < len(data):\n"
+    "            kept.append(graphs)\n"
+    "    else:                                                           # past the budget: kept graphs\n"
+    "        if step == served_steps:\n"
+    "            kept = torch.cat(kept)\n"
+    "        graphs = kept[torch.randint(len(kept), (BATCH_SIZE,), generator=gen)]\n"
+    "    nodes, bonds = split_graph(graphs)\n"
+)
+
 EDITS = (  # (shipped text, the probe's)
     ("import torch\n", "import numpy as np\nimport torch\n"),
     ("from config import N_BONDS, N_TYPES\n", "from config import N_BONDS, N_NODES, N_TYPES\n"),
     (
-        "total_steps = data.budget // BATCH_SIZE\n",
-        "total_steps = data.budget * 5 // 4 // BATCH_SIZE       # graphs of the source cost no budget\n",
+        "total_steps = int(passes * data.budget) // BATCH_SIZE\n",
+        "total_steps = int(passes * data.budget) * 5 // 4 // BATCH_SIZE  # graphs of the source cost no budget\n",
     ),
-    (
-        "    nodes, bonds = split_graph(data.get(idx))\n",
-        "    nodes, bonds = split_graph(source_graphs(len(idx), source_rng))\n",
+    (  # every batch made by the source: the meter's and the kept graphs' branches go
+        SHIPPED_DRAW,
+        "    graphs = source_graphs(BATCH_SIZE, source_rng)\n    nodes, bonds = split_graph(graphs)\n",
     ),
 )
 MARKER = "t0 = time.time()\n"
