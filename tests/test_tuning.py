@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from ai4ai import PROJECT_ROOT
 from ai4ai.analysis.task_checks import GRADED_NOISE_MAX, MIN_EFFECT, Report, graded_noise, rewarded, seeds_needed
 from ai4ai.analysis.tuning import (
+    _assigned_literal,
+    _constants,
     declared_patches,
     noise_sigma,
     patch_source,
@@ -425,6 +427,14 @@ def test_a_grading_s_noise_falls_with_the_root_of_its_seeds():
         graded_noise(0.05, 0)
 
 
+def _passes(source: str) -> float:
+    """PASSES of a train.py, read as the sweep reads a knob's shipped value; 1 where it has none."""
+    try:
+        return _assigned_literal(_constants(ast.parse(source)), "PASSES", "train.py", "")[1]
+    except TaskError:
+        return 1.0
+
+
 @pytest.mark.parametrize("name", list_tasks())
 def test_a_recipe_that_spends_the_budget_has_a_tight_cap_and_a_sweep_that_asks_for_more(name):
     """docs/budget.md, "The rule": a shipped recipe that makes more than one pass at smoke (PASSES) is
@@ -432,20 +442,17 @@ def test_a_recipe_that_spends_the_budget_has_a_tight_cap_and_a_sweep_that_asks_f
     1.15 x), and its sweep declares a patch that asks for more passes, graded as far as the cap allows.
     A recipe of one pass keeps the wider cap that leaves a method room for its overhead."""
     task = load_task(name)
-    script = task.repo / "train.py"
-    consts = {
-        n.targets[0].id: n.value
-        for n in ast.parse(script.read_text()).body
-        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-    }
-    passes = ast.literal_eval(consts["PASSES"]) if "PASSES" in consts else 1.0
+    shipped = (task.repo / "train.py").read_text()
+    passes = _passes(shipped)
     cap = task.scale("smoke").cap_factor
     if passes <= 1.0:
         assert cap >= 1.4, f"{name}: one pass at smoke, and a cap of {cap} x leaves a method no room"
         return
     assert cap <= 1.15, f"{name}: PASSES {passes} spends the budget, so smoke's cap must be tight, not {cap} x"
-    asked = []
-    for _, patch in declared_patches(task):
-        added = [ln[1:] for ln in patch.splitlines() if ln.startswith("+PASSES")]
-        asked += [ast.literal_eval(ln.split("=", 1)[1].split("#", 1)[0].strip()) for ln in added]
+    asked = [
+        _passes(section.apply(shipped))
+        for _, patch in declared_patches(task)
+        for section in parse_patch(patch)
+        if section.path == "train.py"
+    ]
     assert asked and max(asked) >= 1.4 * passes, f"{name}: the sweep declares no patch asking for more passes"

@@ -243,9 +243,10 @@ def statistical_checks(cfg: DictConfig, task: Task, rep: Report, run_dir: Path) 
     )
     noise = seed_noise_sigma(sd, a, m.direction, m.transform)  # the steeper (upper) branch
     n_graded = len(task.scale(ctx.scale).grader_seeds)
+    graded = graded_noise(noise, n_graded)
     rep.check(
-        graded_noise(noise, n_graded) <= GRADED_NOISE_MAX,
-        f"a grading's noise is {graded_noise(noise, n_graded):.4f} in sigma ({noise:.4f} a seed, {n_graded} grader seeds)",
+        graded <= GRADED_NOISE_MAX,
+        f"a grading's noise is {graded:.4f} in sigma ({noise:.4f} a seed, {n_graded} grader seeds)",
         f"must be <= {GRADED_NOISE_MAX}: give scales.{ctx.scale}.grader_seeds at least {seeds_needed(noise)} "
         "seeds, enlarge the hidden test split, or lower the source's variance",
     )
